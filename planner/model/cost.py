@@ -22,7 +22,7 @@ one exchange a micro-batch on the first and last stages, two between: `_exchange
 layers on their own stage (1 + D) x as much from it to the loss stage, each exchange after a
 shape swap: `mtp_hops`);
 when interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
-boundary, 2 (pp vpp - 1)
+boundary, 2 (pp vpp - 1), and the slowest rank's waits on its forward sends past pp micro-batches
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
@@ -266,8 +266,11 @@ def estimate(job: Job, layout: Layout) -> Performance:
         pp_exposed += v_p2p_exposed(name, m, hop, stages, [r[1] for r in rows])
     elif interleaved:
         fwds, bwds = zip(*stages, strict=True)
+        # Megatron waits on each forward's send before freeing its output (schedules.py
+        # :1811-1815): the slowest rank's vpp a micro-batch, the last rank's last chunk none
+        waits = lay.vpp - (worst == lay.pp - 1) if job.framework == "megatron" else 0
         pp_exposed += interleaved_p2p_exposed(
-            lay.vpp, m, hop, fwds, bwds, lay.microbatch_group_size_per_vp_stage
+            lay.vpp, m, hop, fwds, bwds, lay.microbatch_group_size_per_vp_stage, waits
         )
         pp_exposed += interleaved_extra(job, lay, m, size, at)
 

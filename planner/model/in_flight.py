@@ -25,7 +25,7 @@ the loss on rank 0 (`Layout.output_rank`).
 from __future__ import annotations
 
 from planner.inputs.layout import Layout
-from planner.model.early_receives import early_counts
+from planner.model.early_receives import early_counts, held_counts
 
 
 def group_size(layout: Layout, group: int | None = None) -> int:
@@ -67,6 +67,7 @@ def schedule_peak(
     name: str = "1F1B",
     group: int | None = None,
     message: float = 0.0,
+    held_messages: bool = False,
 ) -> float:
     """The most activation bytes rank `rank` holds at once, chunk c keeping kept[c] per
     micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
@@ -76,10 +77,12 @@ def schedule_peak(
     a shorter last group (m not a multiple of the group) breaks the period, and the whole steady
     state is walked. torchtitan's schedule `name` where it differs (module docstring); `group`
     the schedule's micro-batch group where not the layout's (`torch_schedules.microbatch_group`:
-    torch's rounds). `message`: the bytes of one pipeline receive, where Megatron's interleaved
+    torch's rounds). `message`: the bytes of one pipeline message, where Megatron's interleaved
     schedule holds those `early_receives.early_counts` counts (rank 0's and the last rank's
     with a group above pp: every op of the step is walked, each moment holding its early
-    receives too)."""
+    receives too); `held_messages`: and after each steady forward those
+    `early_receives.held_counts` counts (the output being sent, the received input and gradient
+    the next ops take, the last input gradient), in 1F1B too."""
     vpp = len(kept)
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
@@ -87,14 +90,20 @@ def schedule_peak(
         c0, c1 = v_in_flight(name, layout.pp, rank, max(m, 1))
         return c0 * kept[0] + c1 * kept[1]
     n_flight = in_flight(layout, rank, max(m, 1), group)
+    pp, size = layout.pp, group_size(layout, group)
+    extra = (
+        held_counts(pp, vpp, rank, max(m, 1), size) if held_messages and message and pp > 1 else ()
+    )
     if vpp == 1:
-        return n_flight * kept[0]
-    total, group = m * vpp, group_size(layout, group)
+        return n_flight * kept[0] + message * max(extra, default=0)
+    total, group = m * vpp, size
     warm = n_flight - 1 if n_flight < total else total
-    if message and rank in (0, layout.pp - 1):
-        early = early_counts(layout.pp, vpp, max(m, 1), group)
+    if extra:  # Megatron's own warm-up (one steady forward where n_flight is the whole step)
+        warm = total - len(extra)
+    if message and rank in (0, pp - 1):
+        early = early_counts(pp, vpp, max(m, 1), group)
         if any(early):
-            return _with_early(kept, max(m, 1), group, warm, early, message, rank == 0)
+            return _with_early(kept, max(m, 1), group, warm, early, message, rank == 0, extra)
     steady = total - warm if m % group else min(total - warm, group * vpp + 1)
     order: list[int] = []
     start = 0
@@ -107,8 +116,9 @@ def schedule_peak(
     peak = held
     for j in range(steady):
         held += kept[order[warm + j]]
-        if held > peak:  # max(peak, held), as max takes it (the first of equals), inline
-            peak = held
+        now = held + message * extra[j] if extra else held
+        if now > peak:  # max(peak, now), as max takes it (the first of equals), inline
+            peak = now
         held -= kept[vpp - 1 - order[j]]
     return peak
 
@@ -121,11 +131,12 @@ def _with_early(
     early: tuple[int, ...],
     message: float,
     first: bool,
+    extra: tuple[int, ...] = (),
 ) -> float:
     """`schedule_peak` walking every op (the warm-up forwards, one forward and one backward at
     a time, the cool-down backwards), after each one the activations held plus `message` per
     early receive: `early` indexed by the forwards done on the first rank (`first`), by the
-    backwards done on the last."""
+    backwards done on the last; after the steady forward k also `extra[k]` messages."""
     vpp = len(kept)
     order = [
         c
@@ -138,11 +149,14 @@ def _with_early(
     held = peak = 0.0
     fwd = bwd = 0  # ops of each kind done
     for op in ops:
+        now = 0
         if op == "F":
             held += kept[order[fwd]]
             fwd += 1
+            if fwd > warm and extra:  # the steady forward fwd - warm - 1
+                now = extra[fwd - warm - 1]
         else:
             held -= kept[vpp - 1 - order[bwd]]
             bwd += 1
-        peak = max(peak, held + message * early[fwd if first else bwd])
+        peak = max(peak, held + message * (early[fwd if first else bwd] + now))
     return peak

@@ -311,6 +311,7 @@ def interleaved_p2p_exposed(
     fwd: Sequence[float],
     bwd: Sequence[float],
     group: int | None = None,
+    waits: int = 0,
 ) -> float:
     """Seconds of point-to-point traffic one step of the interleaved schedule exposes, its sends
     overlapped with compute: `hop` one activation (or gradient) message, fwd and bwd one
@@ -331,11 +332,26 @@ def interleaved_p2p_exposed(
     (micro-batch, chunk).
     Checked against `simulate(..., p2p=hop, group=g)`: exact for equal stages while a hop is
     shorter than a chunk's forward, an upper bound beyond; with uneven stages see
-    tests/model/test_schedule.py and tests/model/test_p2p_group.py."""
+    tests/model/test_schedule.py and tests/model/test_p2p_group.py.
+
+    `waits`: the forward sends a micro-batch the slowest rank waits on before its next op
+    (Megatron frees each steady-state forward output only once its isend has completed:
+    pipeline_parallel/schedules.py:1811-1815 in `pp_post_forward`, deallocate_pipeline_outputs
+    being set, training/argument_utils.py:305; the warm-up's exchanges block by default,
+    :1633-1660; the wait makes the compute stream wait for the NCCL send, which completes once
+    the peer's receive has taken it, NCCL's ncclSend "blocking for the GPU"): each holds that
+    rank one hop. Those of about pp
+    micro-batches fall where the rank waits on the fill's and drain's hops anyway: (m - pp) x
+    waits hops more. Checked against an event simulation that holds the sender
+    (tests/model/test_send_waits.py): exact for equal stages (the last rank's vpp - 1 sends)
+    while a hop is at most 5% of a chunk's forward; below it by up to 4% of the step, above it
+    by up to 2%, for uneven stages and a hop up to a fifth of a chunk's forward (rank 0, sending
+    every chunk, waits more as hops grow)."""
     pp = len(fwd)
     g = group or pp
     s = max(range(pp), key=lambda r: fwd[r] + bwd[r])
-    out = 2 * (pp - 1) * hop + m * vpp * max(0.0, hop - min(fwd) / vpp)
+    steady = m * vpp * max(0.0, hop - min(fwd) / vpp) + max(m - pp, 0) * waits * hop
+    out = 2 * (pp - 1) * hop + steady
     for t, n in ((fwd, g), (bwd, m % g or g)):
         slack = ((n - 1) * t[s] - (sum(t) - t[s])) / vpp
         out += (vpp - 1) * max(0.0, pp * hop - slack)

@@ -21,6 +21,7 @@ from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
 from planner.model import cp_time, cpu_offload, dsa, t5, vision
 from planner.model.bf16_layers import bf16_ranges
+from planner.model.early_receives import transient
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
 from planner.model.in_flight import group_size, schedule_peak
 from planner.model.job_memo import JobMemo, ModelMemo
@@ -237,8 +238,8 @@ def _chunks_kept(
 
 _PEAKS: dict[tuple[object, ...], float] = {}
 """`schedule_peak` per what it reads: the chunks' bytes, pp, vpp, the micro-batch group, the
-rank, the micro-batches, the schedule and the early receives' message bytes (no model constant:
-never stale)."""
+rank, the micro-batches, the schedule and the pipeline message's bytes (held and early
+receives: `schedule_peak`; no model constant: never stale)."""
 
 
 def _peak(
@@ -255,7 +256,7 @@ def _peak(
     if peak is None:
         if len(_PEAKS) >= 1 << 16:
             _PEAKS.clear()
-        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name, group, message)
+        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name, group, message, True)
     return peak
 
 
@@ -301,12 +302,16 @@ def stage_activations(
         kept[-1] += mtp_loss_kept(job, layout, sh)
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     group = microbatch_group(job, layout)
-    # Megatron's interleaved schedule receives hidden states early at a group above pp
-    # (`early_receives`): each [s / cp (/ tp under SP), b, h] in the parameters' dtype
-    message = 0.0
-    if job.framework != "torchtitan" and layout.vpp > 1:
+    # Megatron's pipeline messages held at the peak (`early_receives.held_counts`: the output
+    # sent, the input and gradient received for the next ops, the last input gradient; and the
+    # interleaved schedule's early receives at a group above pp, `early_counts`), and those only
+    # 1F1B's blocking exchange holds (`transient`): each [s / cp (/ tp under SP), b, h] in
+    # pipeline_dtype, the parameters' (argument_utils.py:306)
+    message = exchange = 0.0
+    if job.framework != "torchtitan" and layout.pp > 1:
         message = sh.value_bytes * sh.tokens * arch.hidden_size
         message /= sh.tp if sh.sequence_parallel else 1
+        exchange = message * transient(layout.pp, layout.vpp, rank, m, group_size(layout, group))
     stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout), group, message)
     n_layers = layer_count(chunks)
     working = 0.0
@@ -352,7 +357,7 @@ def stage_activations(
             if n
         )
         stored += window_bytes(max(each))
-    acts = stored + (loss + working if both else max(loss, working))
+    acts = stored + max(loss + working if both else max(loss, working), exchange)
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         te = job.framework != "torchtitan"  # Transformer Engine's exchanges
         acts += cp_time.exchange_bytes(arch, layout, sh.tokens, te)
