@@ -26,8 +26,10 @@ from __future__ import annotations
 from functools import lru_cache
 
 
-def _table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
-    """Megatron's schedule table: (micro-batch, chunk) per entry (`schedule.op_order`)."""
+def schedule_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
+    """Megatron's schedule table: (micro-batch, chunk) per entry, in groups of `group`
+    micro-batches, the last group taking every one left (schedules.py:989-1016 d98e8a64;
+    `schedule.op_order` walks it)."""
     return [
         (i, c)
         for first in range(0, m, group)
@@ -47,7 +49,7 @@ def early_counts(pp: int, vpp: int, m: int, group: int) -> tuple[int, ...]:
     counts = [0] * (total + 1)
     if vpp < 2 or pp < 2:
         return tuple(counts)
-    table = _table(m, vpp, group)
+    table = schedule_table(m, vpp, group)
     index = {entry: k for k, entry in enumerate(table)}
     for k in range(pp - 1, total - 1):
         i, c = table[k - (pp - 1)]
@@ -97,7 +99,7 @@ def held_counts(pp: int, vpp: int, rank: int, m: int, group: int) -> tuple[int, 
     if vpp == 1:
         both = (not last) + (not first)
         return tuple(both if k else 0 for k in range(total - warm))
-    table = _table(m, vpp, group)
+    table = schedule_table(m, vpp, group)
     out = []
     for k in range(total - warm):
         f = warm + k

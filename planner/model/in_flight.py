@@ -25,7 +25,7 @@ the loss on rank 0 (`Layout.output_rank`).
 from __future__ import annotations
 
 from planner.inputs.layout import Layout
-from planner.model.early_receives import early_counts, held_counts
+from planner.model.early_receives import early_counts, held_counts, schedule_table
 
 
 def group_size(layout: Layout, group: int | None = None) -> int:
@@ -138,12 +138,7 @@ def _with_early(
     early receive: `early` indexed by the forwards done on the first rank (`first`), by the
     backwards done on the last; after the steady forward k also `extra[k]` messages."""
     vpp = len(kept)
-    order = [
-        c
-        for start in range(0, m, group)
-        for c in range(vpp)
-        for _ in range(m - start if start + group >= m else group)
-    ]
+    order = [c for _, c in schedule_table(m, vpp, group)]
     total = len(order)
     ops = "F" * warm + "FB" * (total - warm) + "B" * warm
     held = peak = 0.0

@@ -57,6 +57,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.model import one_f_one_b
+from planner.model.early_receives import schedule_table
 from planner.model.v_bubble import V_BUBBLES, v_bubble
 
 if TYPE_CHECKING:
@@ -212,13 +213,7 @@ def op_order(
     (`get_pp_rank_microbatches`: pp - rank - 1 without interleaving, (pp - rank - 1) x 2 +
     (vpp - 1) x group with it, at most all of them; one more under the EP overlap: `warmup`),
     then one forward and one backward at a time, then its remaining backwards."""
-    g = group or pp
-    table = [
-        (i, c)
-        for first in range(0, m, g)
-        for c in range(vpp)
-        for i in range(first, m if first + g >= m else first + g)
-    ]
+    table = schedule_table(m, vpp, group or pp)
     total = m * vpp
     warm = warmup(pp, vpp, rank, total, group, ep_overlap)
     ops = [("F", *table[k]) for k in range(warm)]
