@@ -137,6 +137,14 @@ to it, `--extra-vocab-size`; in its example scripts across models). They are lis
 Megatron-LM flags: the vocabulary is then `--vocab-size`'s, the tokenizer's plus the extra rows."""
 
 
+DEV_BRANCH_FLAGS = frozenset({"--offload-optimizer-states", "--use-separate-send-recv-groups"})
+"""Flags of Megatron-LM's development branch that NVIDIA's Megatron-MoE-ModelZoo scripts
+(e8650517, which say they run that branch: DeepSeek-V3's and Kimi-K2's GB200 lines offload the
+optimizer states, Qwen3 235B's GB200 line separates the send and receive groups) pass to
+pretrain_gpt.py, whose parser at d98e8a64 lacks them: listed as not Megatron-LM flags, not
+refused as argparse at d98e8a64 would (`megatron_startup._refuse_unknown`), and not modelled."""
+
+
 def typo_of(flag: str, read: Iterable[str] = READ) -> str | None:
     """The flag the reader reads that `flag` (not a Megatron-LM flag) is probably a misspelling
     of: the same flag with `_` for `-` or in other case, or one at least TYPO_CUTOFF alike; never

@@ -18,7 +18,12 @@ from typing import TYPE_CHECKING
 
 from planner.inputs.errors import InputError
 from planner.inputs.layout import MIN_OFFLOADED_ELEMENTS
-from planner.inputs.megatron_flags import FORK_FLAGS, SCRIPT_FLAGS, megatron_flags
+from planner.inputs.megatron_flags import (
+    DEV_BRANCH_FLAGS,
+    FORK_FLAGS,
+    SCRIPT_FLAGS,
+    megatron_flags,
+)
 
 if TYPE_CHECKING:
     from planner.inputs.megatron_line import Line
@@ -378,9 +383,10 @@ exits on an unrecognized argument. pretrain_vlm.py and train_rl.py add flags of 
 def _refuse_unknown(script: str, unknown: Iterable[str], where: str) -> None:
     """Refuses the first flag Megatron-LM's parser lacks on a line that runs one of
     ENTRY_POINTS, unless the line holds a known fork's flag (FORK_FLAGS: its own script of
-    that name, whose parser has more) or the flag is still a shell variable."""
+    that name, whose parser has more), the flag is Megatron-LM's development branch's
+    (DEV_BRANCH_FLAGS: the line runs that branch) or still a shell variable."""
     called = ENTRY_POINTS.get(script)
-    flags = [f for f in unknown if "$" not in f and "`" not in f]
+    flags = [f for f in unknown if "$" not in f and "`" not in f and f not in DEV_BRANCH_FLAGS]
     if called is None or not flags or FORK_FLAGS.intersection(unknown):
         return
     raise InputError(

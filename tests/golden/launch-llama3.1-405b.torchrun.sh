@@ -2,9 +2,9 @@
 # planner 0.1.0: torchrun launch file for job 'launch-llama3.1-405b' from launch-llama3.1-405b.toml
 # model llama3.1-405b on 16384 x h100-sxm-80gb, seq 8192, global batch 2048, bf16
 # layout: tp8 pp16 dp64 cp2 sp mbs1 zero1 recompute=selective
-# predicted: step 7.646 s, 133.9 tokens/s/GPU, MFU 35.6% of the bf16 peak, peak memory 55.1 GiB of 77.3 GiB usable (fits); 52.6 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
+# predicted: step 7.630 s, 134.2 tokens/s/GPU, MFU 35.6% of the bf16 peak, peak memory 55.2 GiB of 77.3 GiB usable (fits); 52.6 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
 # operations: checkpoint 5.68 TB (sync, write 2.8 s, blocks 2.8 s) every 32 steps = 4.1 min; MTBF 3.1 h at 0.000474 failures/GPU-day
-# operations: goodput 92.6% (checkpoints 1.1%, failures 6.3%); effective 2,032,566 tokens/s
+# operations: goodput 92.6% (checkpoints 1.1%, failures 6.3%); effective 2,036,656 tokens/s
 # 2048 node(s) x 8 GPUs: run this same script on each node
 set -euo pipefail
 

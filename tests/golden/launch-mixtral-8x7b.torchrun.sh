@@ -2,9 +2,9 @@
 # planner 0.1.0: torchrun launch file for job 'launch-mixtral-8x7b' from launch-mixtral-8x7b.toml
 # model mixtral-8x7b on 64 x h100-sxm-80gb, seq 4096, global batch 256, bf16
 # layout: tp1 pp1 dp64 ep8 mbs1 zero3 recompute=selective
-# predicted: step 4.503 s, 3638.3 tokens/s/GPU, MFU 30.5% of the bf16 peak, peak memory 57.0 GiB of 77.3 GiB usable (fits)
-# operations: checkpoint 560 GB (sync, write 70.1 s, blocks 70.4 s) every 4,439 steps = 5.6 h; MTBF 791.8 h at 0.000474 failures/GPU-day
-# operations: goodput 99.3% (checkpoints 0.3%, failures 0.4%); effective 231,164 tokens/s
+# predicted: step 4.435 s, 3694.2 tokens/s/GPU, MFU 31.0% of the bf16 peak, peak memory 57.0 GiB of 77.3 GiB usable (fits)
+# operations: checkpoint 560 GB (sync, write 70.1 s, blocks 70.4 s) every 4,507 steps = 5.6 h; MTBF 791.8 h at 0.000474 failures/GPU-day
+# operations: goodput 99.3% (checkpoints 0.3%, failures 0.4%); effective 234,716 tokens/s
 # 8 node(s) x 8 GPUs: run this same script on each node
 set -euo pipefail
 
@@ -20,7 +20,7 @@ TOKENIZER_MODEL="${TOKENIZER_MODEL:-}"
 # where checkpoints are saved and resumed from (shared by every node)
 CHECKPOINT_DIR="${CHECKPOINT_DIR:-checkpoints/$JOB_NAME}"
 # steps between checkpoints: Daly's optimum for this plan (see the header)
-SAVE_INTERVAL="${SAVE_INTERVAL:-4439}"
+SAVE_INTERVAL="${SAVE_INTERVAL:-4507}"
 TRAIN_ITERS="${TRAIN_ITERS:-1000}"
 LR="${LR:-3e-4}"
 MIN_LR="${MIN_LR:-3e-5}"
