@@ -119,6 +119,9 @@ def test_a_recomputed_m_layer_is_rebuilt_beside_its_scans_backward(
     lay = Layout(tp=8, pp=4, dp=2, sequence_parallel=True, recompute="full")
     sh, chunks = shard(j, lay), lay.chunk_layers(j.arch.num_layers)[0]
     per = per_layer(j.arch, sh)
+    # without 1F1B's blocking exchange, which the working set would otherwise only be compared
+    # with (`early_receives.transient`: held between ops, never beside the backward)
+    monkeypatch.setattr(stage_activations, "transient", lambda *a: 0)
     acts = stage_activations.stage_activations(j, lay, 0, chunks, sh, per)
     monkeypatch.setattr(stage_activations, "mixer_working", lambda *a: 0.0)
     monkeypatch.setattr(stage_activations, "recompute_working", lambda *a: 0.0)

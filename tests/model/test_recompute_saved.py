@@ -75,6 +75,9 @@ def test_selective_working_set_holds_the_rebuilt_mlp(monkeypatch: pytest.MonkeyP
     sh = sa.shard(j, lay)
     chunks = lay.chunk_layers(j.arch.num_layers)[0]
     per = sa.per_layer(j.arch, sh)
+    # without 1F1B's blocking exchange, which the working set would otherwise only be compared
+    # with (`early_receives.transient`: held between ops, never beside the backward)
+    monkeypatch.setattr(sa, "transient", lambda *a: 0)
     got = sa.stage_activations(j, lay, 0, chunks, sh, per)
     monkeypatch.setattr(sa, "rebuilt_bytes", lambda *a: 0.0, raising=False)
     before = sa.stage_activations(j, lay, 0, chunks, sh, per)
