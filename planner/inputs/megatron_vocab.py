@@ -8,7 +8,8 @@ else the training script's default (`parse_and_validate_args(args_defaults=...)`
 for pretrain_gpt.py, BertWordPieceLowerCase for pretrain_bert.py, in examples under bert).
 
 What the tokenizer's size is:
-- NullTokenizer: exactly `--vocab-size` (required);
+- NullTokenizer: exactly `--vocab-size` (required); NullMultimodalTokenizer: `--vocab-size` and
+  its end-of-document token (required);
 - TikTokenizer: `--vocab-size`, else 2^17 = 131,072 (also the tokenizer of a line whose
   --tokenizer-type is a shell variable but which gives --tiktoken-pattern, read by it alone);
 - GPT2BPETokenizer, BertWordPiece*: the public vocabulary Megatron downloads when no
@@ -162,7 +163,7 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
         )
     if kind in NULL_TOKENIZERS:
         raise InputError(
-            f"{where}: --vocab-size: {kind} has exactly --vocab-size tokens, but it is not "
+            f"{where}: --vocab-size: {kind} has {_NULL_SIZE[kind]} tokens, but it is not "
             "given (or give it with `planner check --vocab-size N`)"
         )
     if kind in PUBLIC_VOCAB:  # a --vocab-file assumed the public one, or a guessed default
@@ -192,9 +193,20 @@ def vocabulary(flags: VocabFlags, given: int | None, where: str) -> Vocabulary:
     )
 
 
-NULL_TOKENIZERS = ("NullTokenizer", "NullMultimodalTokenizer")
-"""Tokenizers of exactly --vocab-size tokens (Megatron-LM d98e8a64 build_tokenizer.py:96-102
-passes it; megatron/core/tokenizers/text/libraries/null_tokenizer.py:16-18 keeps it as is)."""
+NULL_TOKENIZERS: dict[str, int] = {"NullTokenizer": 0, "NullMultimodalTokenizer": 1}
+"""Tokenizers whose size is --vocab-size plus this many tokens (Megatron-LM d98e8a64
+build_tokenizer.py:96-102 passes the flag to both): NullTokenizer keeps it as is
+(megatron/core/tokenizers/text/libraries/null_tokenizer.py:18, 60-62; its end-of-document id is
+vocab_size - 1, :19), NullMultimodalTokenizer adds its end-of-document token after it
+(megatron/core/tokenizers/vision/libraries/null_multimodal_tokenizer.py:9-10, the id
+vocab_size; :63-65 `_vocab_size_without_eod + 1`, which vision_tokenizer.py:129-131 and so
+build_tokenizer.py:149-152 pad)."""
+
+_NULL_SIZE = {
+    "NullTokenizer": "exactly --vocab-size",
+    "NullMultimodalTokenizer": "--vocab-size + 1 (its end-of-document token)",
+}
+"""How `vocabulary`'s refusal words each null tokenizer's size."""
 
 
 def _tokenizer(flags: VocabFlags) -> tuple[str | None, str]:
@@ -213,7 +225,8 @@ def _tokenizer(flags: VocabFlags) -> tuple[str | None, str]:
 
 def _line_size(flags: VocabFlags, kind: str | None, how: str) -> Vocabulary | None:
     """The size where the line fixes it without a tokenizer file planner does not open: a
-    --vocab-size without --tokenizer-type; NullTokenizer's --vocab-size; TikTokenizer's
+    --vocab-size without --tokenizer-type; the null tokenizers' --vocab-size
+    (NullMultimodalTokenizer's with its end-of-document token, `NULL_TOKENIZERS`); TikTokenizer's
     --vocab-size or its default (build_tokenizer.py:58-66 passes the flag, not the file's
     size); a built-in tokenizer's public vocabulary, downloaded where no --vocab-file is given
     (megatron/core/tokenizers/text/libraries/megatron_hf_tokenizer.py:114-118), where the line
@@ -233,7 +246,9 @@ def _line_size(flags: VocabFlags, kind: str | None, how: str) -> Vocabulary | No
     if kind is None:
         return None
     if kind in NULL_TOKENIZERS and line is not None:
-        return Vocabulary(line, False, f"{kind}: --vocab-size {line}")
+        extra = NULL_TOKENIZERS[kind]
+        note = f"{kind}: --vocab-size {line}" + (f" + {extra} (end of document)" if extra else "")
+        return Vocabulary(line + extra, False, note)
     if kind == "TikTokenizer":
         size = line if line is not None else TIKTOKEN_DEFAULT
         via = "" if how == "--tokenizer-type" else f" ({how})"

@@ -26,9 +26,9 @@ boundary, 2 (pp vpp - 1), and the slowest rank's waits on its forward sends past
 (`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
-gradients' window is the last micro-batch's backward, `dp_sync.reduce_window`; under the
-interleaved schedule each chunk's buckets launch whole during the cooldown, and what outlasts it
-is exposed, `interleaved_sync.chunk_exposed`; where the links are
+gradients' window is the last micro-batch's backward; under the interleaved schedule each
+chunk's buckets launch whole during the cooldown, each chunk's share its parameters', and what
+outlasts it is exposed, `interleaved_sync.chunk_exposed`; where the links are
 slower than the compute, also the first bucket's share of it, before which nothing could be
 sent: `dp_sync.windowed`; each window also holds the stage's waits on the exposed traffic of
 links other than DP's, `stage_sync.other_link_seconds`, less the seconds DP's own link carries
@@ -231,8 +231,12 @@ def estimate(job: Job, layout: Layout) -> Performance:
         syncs
     ):
         w_f, w_b = stage_sync.sync_windows(fwd, bwd, rec, extra)
-        # ranks with the same layers, as counted in their mix, and role move the same bytes
-        key = (tuple(n for _, n in mix), heads, rank == 0, id(pj), w_f, w_b)
+        # ranks with the same layers, as counted in their mix (interleaved: chunk by chunk,
+        # each chunk's sync its own), and role move the same bytes; a later rank of an
+        # interleaved stage takes an earlier one's, whose shorter drain hides no more of it
+        # (`interleaved_sync.chunk_sync`): the largest tail is still a rank's own
+        split = tuple(map(pj.arch.kind_counts, zip(chunks))) if lay.vpp > 1 else ()
+        key = (tuple(n for _, n in mix), heads, rank == 0, id(pj), w_f, w_b, split)
         if key not in dp_seen:
             dp_seen[key] = stage_sync.stage_sync(
                 pj, lay, rank, chunks, mix, plt, groups, sh, w_f, w_b

@@ -53,7 +53,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import dp_sync
 from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
-from planner.model.interleaved_sync import chunk_sync
+from planner.model.interleaved_sync import RankChunks, chunk_sync
 from planner.model.shard import BF16
 
 Groups = tuple[Group, Group, Group]
@@ -106,6 +106,7 @@ def data_parallel(
     m: int,
     layers: int = 1,
     param_bytes: tuple[float, float] = (BF16, BF16),
+    own: RankChunks | None = None,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one stage's data-parallel traffic over
     `job.optimizer_instances` instances; the arguments as `dp_sync.data_parallel`'s."""
@@ -116,7 +117,7 @@ def data_parallel(
         sizes = (job.grad_bytes, param_bytes)
         return fsdp(groups, lay, dense, expert, sizes, fwd, bwd, m, max(layers, 1), optim)
     return distributed_optimizer(
-        groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
+        groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes, own
     )
 
 
@@ -131,15 +132,18 @@ def distributed_optimizer(
     m: int,
     layers: int = 1,
     param_bytes: tuple[float, float] = (BF16, BF16),
+    own: RankChunks | None = None,
 ) -> tuple[float, float]:
     """ZeRO 1 over the instances (module docstring): per kind `bucket_traffic` in
     `dp_sync.windowed`'s windows, every kind keyed on the tier across the instances (each
-    kind's all-reduce crosses it: they share its links and one window)."""
+    kind's all-reduce crosses it: they share its links and one window); under the interleaved
+    schedule each chunk's share of it its parameters' (`own`, `dp_sync.chunk_shares`)."""
     bwd = bwd if lay.overlap_grad_reduce else 0.0
     fwd = fwd if lay.overlap_param_gather else 0.0
     *intras, inter = groups
     parts: list[dp_sync.Part] = []
-    for n_params, grp, p_bytes in zip((dense, expert), intras, param_bytes, strict=True):
+    kinds = zip((dense, expert), intras, param_bytes, strict=True)
+    for kind, (n_params, grp, p_bytes) in enumerate(kinds):
         if n_params <= 0 or grp.size * inter.size <= 1:
             continue
         whole = grp.size * inter.size
@@ -148,9 +152,10 @@ def distributed_optimizer(
         red, gather, _ = bucket_traffic(
             grp, inter, n_params * grad_bytes, n_params * p_bytes, buckets
         )
-        parts.append((inter.tier_name, red, gather, red / buckets, gather / buckets))
-    window, chunked = dp_sync.reduce_window(bwd, lay, m), chunk_sync(bwd, lay, m)
-    return dp_sync.windowed(parts, fwd, window, bwd, chunked)
+        shares = dp_sync.chunk_shares(lay, own, kind)
+        parts.append((inter.tier_name, red, gather, red / buckets, gather / buckets, shares))
+    chunked = chunk_sync(bwd, lay, m, own.rank if own else 0)
+    return dp_sync.windowed(parts, fwd, bwd, chunked)
 
 
 def disjoint_links(intras: tuple[Group, Group], inter: Group) -> bool:

@@ -15,12 +15,7 @@ from collections.abc import Callable, Iterable
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
-from planner.model.interleaved_sync import (
-    Chunked,
-    chunk_exposed,
-    chunk_sync,
-    last_group,
-)
+from planner.model.interleaved_sync import Chunked, RankChunks, chunk_exposed, chunk_sync
 from planner.model.shard import BF16
 
 FSDP_MAX_LIVE_PARAMS: float | None = None
@@ -108,26 +103,6 @@ def data_parallel_strides(lay: Layout) -> tuple[tuple[int, int], tuple[int, int]
     return (lay.tp * pp, lay.dense_dp), (lay.expert_tp * lay.ep * pp, lay.expert_dp)
 
 
-def reduce_window(bwd: float, lay: Layout, m: int) -> float:
-    """Seconds of backward the gradient reduce-scatters (all-reduces) can hide under, from one
-    micro-batch's backward on the stage (`bwd`, all its model chunks), where each bucket goes
-    as soon as it is final. Without interleaving, the last micro-batch's backward: the buckets
-    become final as it runs (Megatron-LM d98e8a64 schedules.py:2432-2434, 2459-2461: on the
-    first stage; the others launch once their backwards are done, during the drain, which
-    hides at least as much). With vpp chunks, each chunk's buckets become final once its last
-    micro-batch's backward is done (schedules.py:1422-1425, the path without grad_sync_func,
-    --no-align-grad-reduce), and the cooldown runs the last group's L micro-batches through the
-    chunks from the last to the first, L at a time (backward k mirrors table entry k,
-    schedules.py:1248): the last chunk's gradients are final (vpp - 1) x L chunk backwards
-    before the stage's end, the first chunk's within its own. The last group holds L = m mod g
-    micro-batches, g where g divides m (the table, schedules.py:989-1003), g the layout's
-    micro-batch group (default pp). The window is then (1 + (vpp - 1) L) / vpp backwards, which
-    vpp = 1 makes one. Megatron's default launches each chunk whole instead (`chunk_sync`)."""
-    if lay.vpp <= 1:
-        return bwd
-    return bwd * (1 + (lay.vpp - 1) * last_group(lay, m)) / lay.vpp
-
-
 def _per_bucket(
     collective: Callable[[float, Group], float], size: float, n: int, grp: Group
 ) -> float:
@@ -146,6 +121,7 @@ def data_parallel(
     m: int,
     layers: int = 1,
     param_bytes: tuple[float, float] = (BF16, BF16),
+    own: RankChunks | None = None,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one pipeline stage's data-parallel traffic.
 
@@ -159,14 +135,19 @@ def data_parallel(
     (Megatron-LM d98e8a64 megatron_fsdp.py:328-333). `param_bytes`: (dense, expert) bytes
     per parameter of the parameter all-gather (ZeRO 1-3), the parameters' dtype: 2 in bf16, 4 in
     fp32 training (`fp32.value_bytes`), 1 for FP8 weights with --fp8-param-gather at ZeRO 1/2
-    (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters").
+    (param_and_grad_buffer.py d98e8a64: "torch.uint8 for FP8/NVFP4 parameters"). `own`: the
+    rank and its model chunks' parameters under the interleaved schedule (None: rank 0, the
+    chunks even), each chunk's share of the sync its parameters' (`chunk_shares`).
 
     ZeRO 0-1 (Megatron's DDP): per bucket of `bucket_params` parameters (--ddp-bucket-size, else
     max(DP_BUCKET_PARAMS, 1M x dp)), a gradient all-reduce (ZeRO 0) or reduce-scatter and
     parameter all-gather (ZeRO 1), hidden behind the last micro-batch's backward and the next
-    step's first forward (--overlap-grad-reduce / --overlap-param-gather; under the interleaved
-    schedule each chunk's buckets launch together during the cooldown, `chunk_sync`, and what
-    outlasts the compute is `chunk_exposed`); what exceeds its
+    step's first forward (--overlap-grad-reduce / --overlap-param-gather). Without interleaving
+    the buckets become final as the last micro-batch's backward runs (Megatron-LM d98e8a64
+    schedules.py:2432-2434, 2459-2461: on the first stage; the others launch once their
+    backwards are done, during the drain, which hides at least as much); under the interleaved
+    schedule each chunk's buckets launch together during the cooldown (`chunk_sync`), and what
+    outlasts the compute is `chunk_exposed`. What exceeds its
     window, plus the first bucket's share of the compute before anything could be sent
     (`windowed`), is exposed, and never less than one bucket. Each bucket is its own collective and
     pays its latency. Dense and expert buckets (MoE) whose groups are bound by the same tier
@@ -196,7 +177,8 @@ def data_parallel(
             return _fsdp_grads(groups, dense, expert, sizes, fwd, bwd, m, max(layers, 1))
         return _fsdp(groups, dense, expert, sizes, fwd, bwd, m, max(layers, 1))
     parts: list[Part] = []
-    for n_params, grp, p_bytes in zip((dense, expert), groups, param_bytes, strict=True):
+    kinds = zip((dense, expert), groups, param_bytes, strict=True)
+    for kind, (n_params, grp, p_bytes) in enumerate(kinds):
         if n_params <= 0 or grp.size <= 1:
             continue
         per_bucket = bucket_params(lay, grp.size, dense + expert, layers)
@@ -207,9 +189,20 @@ def data_parallel(
         else:
             red = _per_bucket(reduce_scatter, n_params * grad_bytes, buckets, grp)
             gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
-        parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket))
-    window, chunked = reduce_window(bwd, lay, m), chunk_sync(bwd, lay, m)
-    return windowed(parts, fwd, window, bwd, chunked)
+        shares = chunk_shares(lay, own, kind)
+        parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket, shares))
+    return windowed(parts, fwd, bwd, chunk_sync(bwd, lay, m, own.rank if own else 0))
+
+
+def chunk_shares(lay: Layout, own: RankChunks | None, kind: int) -> tuple[float, ...]:
+    """Each model chunk's fraction of a stage's gradient sync of parameter `kind` (0 dense, 1
+    expert): its share of the rank's parameters (`own`, each chunk its own DDP buckets), even
+    where `own` is None; () without interleaving (one chunk)."""
+    if lay.vpp <= 1:
+        return ()
+    if own is None:
+        return (1.0 / lay.vpp,) * lay.vpp
+    return own.fractions(kind)
 
 
 def _fsdp(
@@ -304,51 +297,56 @@ def unit_pipeline(per_unit: float, window: float, units: int) -> float:
     return per_unit + (units - 1) * max(per_unit - window, 0.0)
 
 
-Part = tuple[str, float, float, float, float]
+Part = tuple[str, float, float, float, float, tuple[float, ...]]
 """One parameter kind's bucketed sync: (the tier that bounds its group, gradient seconds,
-parameter all-gather seconds, and those of its last bucket of each)."""
+parameter all-gather seconds, those of its last bucket of each, and under the interleaved
+schedule each model chunk's fraction of its gradient seconds, `chunk_shares`; () otherwise)."""
 
 
 def windowed(
     parts: Iterable[Part],
     fwd: float,
     bwd: float,
-    bwd_one: float | None = None,
     chunked: Chunked | None = None,
 ) -> tuple[float, float]:
-    """(exposed, hidden) seconds of bucketed syncs whose gradients hide under a backward window
-    of `bwd` and parameter gathers under a forward window of `fwd` seconds. Kinds bound by the
-    same tier share its links and so one window (their seconds add before the window comes
-    off); the last bucket of each kind shows whatever the window.
+    """(exposed, hidden) seconds of bucketed syncs whose gradients hide under the last
+    micro-batch's backward, `bwd` seconds, and parameter gathers under a forward window of
+    `fwd` seconds. Kinds bound by the same tier share its links and so one window (their
+    seconds add before the window comes off); the last bucket of each kind shows whatever the
+    window.
 
     A bucket's collective cannot start before its gradients exist: n buckets of r seconds,
     produced one every c seconds of backward, run as a two-stage pipeline that ends
     c + (n - 1) max(c, r) + r after the backward starts, so it shows n r - (n - 1) c beyond the
     backward's n c where the links are the slower stage (the sync less the window plus the
     first bucket's c: nothing was ready to send until then), and r (the last bucket) where
-    the backward is. c is the tier's first bucket's share (the smallest of its kinds') of one
-    micro-batch's backward, `bwd_one` (None: `bwd`, the window without interleaving). The
-    parameter all-gathers mirror it: the first bucket's gather runs before any forward
-    compute can use it, each later one under the previous bucket's forward. `chunked`: the
-    interleaved schedule's whole-chunk launches (`chunk_sync`), the gradients' exposed part
-    `chunk_exposed` instead."""
-    one = bwd if bwd_one is None else bwd_one
+    the backward is. c is the tier's first bucket's share (the smallest of its kinds') of the
+    backward. The parameter all-gathers mirror it: the first bucket's gather runs before any
+    forward compute can use it, each later one under the previous bucket's forward.
+    `chunked`: the interleaved schedule's whole-chunk launches (`chunk_sync`), the gradients'
+    exposed part `chunk_exposed` of each chunk's seconds on the tier (its kinds' seconds by
+    their `Part` chunk fractions, added) instead."""
     on_tier: dict[str, list[float]] = {}
-    for tier, *seconds in parts:
+    per_chunk: dict[str, list[float]] = {}
+    for tier, red, gather, red_last, gather_last, shares in parts:
         acc = on_tier.setdefault(tier, [0.0, 0.0, 0.0, 0.0, 1.0])
-        for i, v in enumerate(seconds):
+        for i, v in enumerate((red, gather, red_last, gather_last)):
             acc[i] += v
-        red, gather, red_last, gather_last = seconds
         if red > 0 or gather > 0:  # the kind's bucket share
             acc[4] = min(acc[4], red_last / red if red > 0 else gather_last / gather)
+        if chunked is not None:
+            vpp = chunked[0]
+            secs = per_chunk.setdefault(tier, [0.0] * vpp)
+            for c in range(vpp):
+                secs[c] += red * (shares[c] if shares else 1.0 / vpp)
     exposed = hidden = 0.0
-    for red, gather, red_last, gather_last, frac in on_tier.values():
+    for tier, (red, gather, red_last, gather_last, frac) in on_tier.items():
         if bwd <= 0:
             e_red = red
         elif chunked is not None:
-            e_red = chunk_exposed(red, chunked)
+            e_red = chunk_exposed(per_chunk[tier], chunked)
         else:
-            e_red = max(red - bwd + one * frac, red_last)
+            e_red = max(red - bwd + bwd * frac, red_last)
         e_gat = max(gather - fwd + fwd * frac, gather_last) if fwd > 0 else gather
         exposed += e_red + e_gat
         hidden += (red - e_red) + (gather - e_gat)

@@ -39,6 +39,7 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, dp_instances, dp_sync
+from planner.model.interleaved_sync import RankChunks
 from planner.model.job_memo import JobMemo
 from planner.model.shard import BF16
 
@@ -227,6 +228,7 @@ def data_parallel(
     m: int,
     layers: int = 1,
     param_bytes: tuple[float, float] = (BF16, BF16),
+    own: RankChunks | None = None,
 ) -> tuple[float, float]:
     """(exposed, hidden) seconds per step of one stage's data-parallel traffic: `dp_sync.
     data_parallel`, or with the replicas across pools (a replica view: `lay.dp_pools` > 1, the
@@ -238,13 +240,13 @@ def data_parallel(
     bucket."""
     if lay.dp_pools <= 1 or job.between_pools is None:
         return dp_sync.data_parallel(
-            groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
+            groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes, own
         )
     # the pools' instances are the distributed optimizer's, the link between pools its group
     # across them: one window, every kind's all-reduce crossing the link
     across = (*groups, link_group(job, lay.dp_pools))
     return dp_instances.distributed_optimizer(
-        across, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes
+        across, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes, own
     )
 
 

@@ -63,25 +63,68 @@ def stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[f
     besides the model (the degrees that split the parameters, pp, the output and MTP ranks, the
     rank and its chunks, the vision or T5 encoder): the search asks for the same stages of
     thousands of layouts."""
-    lay = layout
+    key = _key(job, layout, rank, chunks)
+    return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, layout, rank, chunks))
+
+
+def _key(job: Job, lay: Layout, rank: int, chunks: Chunks) -> tuple[object, ...]:
+    """What a rank's parameters read besides the model (`stage_params`)."""
     mtp = lay.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers)
     encoders = (job.vision_encoder, job.t5_encoder)
-    key = (lay.tp, lay.ep, lay.expert_tp, lay.pp, lay.output_rank, mtp, rank, chunks, encoders)
-    return _STAGE_PARAMS.get(job.arch, key, lambda: _stage_params(job, lay, rank, chunks))
+    return (lay.tp, lay.ep, lay.expert_tp, lay.pp, lay.output_rank, mtp, rank, chunks, encoders)
 
 
 _STAGE_PARAMS: ModelMemo[tuple[object, ...], tuple[float, float]] = ModelMemo()
+_CHUNK_PARAMS: ModelMemo[tuple[object, ...], tuple[tuple[float, float], ...]] = ModelMemo()
 
 
 def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[float, float]:
-    arch = job.arch
     dense, expert = decoder_params(job, layout, chunks)
+    first, (last_d, last_e) = edge_params(job, layout, rank)
+    return dense + first + last_d, expert + last_e
+
+
+def chunk_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[Pair, ...]:
+    """(dense, expert) parameters one GPU of pipeline rank `rank` holds in each of its model
+    chunks `chunks`: each chunk's decoder layers, the first chunk's embedding and the last
+    chunk's output layer and MTP layers (`edge_params`). They sum to `stage_params`.
+    Remembered as `stage_params` is."""
+    key = _key(job, layout, rank, chunks)
+    return _CHUNK_PARAMS.get(job.arch, key, lambda: _chunk_params(job, layout, rank, chunks))
+
+
+def _chunk_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[Pair, ...]:
+    edges = edge_params(job, layout, rank)
+    out = []
+    for c, chunk in enumerate(chunks):
+        dense, expert = decoder_params(job, layout, (chunk,))
+        if c == 0:
+            dense += edges[0]
+        if c == len(chunks) - 1:
+            dense, expert = dense + edges[1][0], expert + edges[1][1]
+        out.append((dense, expert))
+    return tuple(out)
+
+
+Pair = tuple[float, float]
+"""(dense, expert) parameters."""
+
+
+def edge_params(job: Job, layout: Layout, rank: int) -> tuple[float, Pair]:
+    """What rank `rank` holds besides its decoder layers, per GPU: the dense parameters of its
+    first model chunk's embedding (rank 0: Megatron builds it with pre_process, which only the
+    first virtual stage of the first pipeline rank has, Megatron-LM d98e8a64
+    training.py:2389-2399), and the (dense, expert) parameters of its last chunk's output layer
+    (post_process: the last virtual stage) and MTP layers (always in the last virtual stage of
+    their rank, pipeline_parallel_layer_layout.py:120-126)."""
+    arch = job.arch
     words, positions, out, _ = _edge_params(arch, arch.padded_vocab(layout.tp))
+    first = dense = expert = 0.0
     if rank == 0:
         # word embeddings are split over tp; learned position embeddings are not; a vision
         # encoder (LLaVA) sits before them
-        dense += words / layout.tp + positions + vision.encoder_params(job, layout.tp)
-        dense += t5.encoder_params(job, layout.tp)  # pp 1: with every decoder layer
+        first += words / layout.tp + positions + vision.encoder_params(job, layout.tp)
+        first += t5.encoder_params(job, layout.tp)  # pp 1: with every decoder layer
     if rank == layout.output_rank:  # the last stage's rank (rank 0 in torchtitan's V)
         # untied: the output layer; tied with pp > 1: Megatron keeps a copy of the embedding
         if layout.pp > 1 or arch.untie_embeddings_and_output_weights:
@@ -98,7 +141,7 @@ def _stage_params(job: Job, layout: Layout, rank: int, chunks: Chunks) -> tuple[
         # no output layer of its own: Megatron builds it on the loss stage alone
         # (gpt_model.py:255 `if self.post_process`), which computes every depth's logits
         # (:746 process_mtp_loss) from the hidden states the MTP stage sends it (:728)
-    return dense, expert
+    return first, (dense, expert)
 
 
 def quantised_decoder_params(job: Job, layout: Layout, chunks: Chunks) -> tuple[float, float]:

@@ -45,12 +45,14 @@ from planner.model.adam_step import state_pass_bytes, te_master, weight_write_by
 from planner.model.embedding_grads import sync_time as embedding_sync_time
 from planner.model.fp32 import keeps_master, value_bytes
 from planner.model.gemm import Gpu
+from planner.model.interleaved_sync import RankChunks
 from planner.model.layer_time import Layer
 from planner.model.loss_scale import unscale_bytes
 from planner.model.rank_states import copies_main_grads
 from planner.model.schedule import Chunks
 from planner.model.shard import BF16
 from planner.model.stage_params import (
+    chunk_params,
     quantised_decoder_params,
     quantised_params,
     stage_params,
@@ -337,13 +339,15 @@ def stage_sync(
         )
     else:
         p_bytes = gathered_param_bytes(job, lay, chunks, dense, expert)
+        # interleaved: each model chunk's share of the sync is its parameters'
+        own = RankChunks(rank, chunk_params(job, lay, rank, chunks)) if lay.vpp > 1 else None
         if dp_instances.applies(job, lay):  # over --num-distributed-optimizer-instances
             e, hid = dp_instances.data_parallel(
-                job, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes
+                job, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes, own
             )
         else:
             e, hid = pools.data_parallel(
-                job, groups, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes
+                job, groups, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes, own
             )
     # the hidden part holds comms.sm_share of the SMs of the compute it runs under; then, after
     # the DP sync, the first and last ranks' word-embedding gradient all-reduce

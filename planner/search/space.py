@@ -187,8 +187,8 @@ def group_of(job: Job, pp: int, dp: int, vpp: int, mbs: int) -> int | None:
     """The micro-batch group a Megatron layout of the search runs: the smallest Megatron takes
     (`rules.parallel.least_group`, schedules.py:1160-1180 d98e8a64), None where that is its
     default pp (model_parallel_config.py:567-568) or nothing is grouped (vpp 1, torchtitan).
-    Leanest ((vpp - 1) g warm-up chunks), not always fastest: a larger g widens the DP window
-    and the wrap hops' slack (g = m can win where it fits: tests/search/test_group_choice.py)."""
+    Leanest ((vpp - 1) g warm-up chunks), not always fastest: a larger g or last group L (m mod
+    g, or g) hides more wrap hops; L spaces the gradient syncs (tests/search/test_group_choice)."""
     if vpp == 1 or job.framework == "torchtitan":
         return None
     g = least_group(pp, job.global_batch_size // (dp * mbs))

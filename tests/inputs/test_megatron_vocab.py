@@ -67,6 +67,29 @@ def test_gpt2_padding_matches_megatron() -> None:
     assert (arch.padded_vocab(1), arch.padded_vocab(8)) == (50_304, 51_200)
 
 
+def test_the_null_multimodal_tokenizer_adds_its_end_of_document_token() -> None:
+    # Megatron-LM d98e8a64 megatron/core/tokenizers/vision/libraries/null_multimodal_tokenizer.py
+    # :9-10 keeps --vocab-size as the size without the end-of-document token, whose id it is,
+    # and :63-65 returns `_vocab_size_without_eod + 1`; build_tokenizer.py:133-152 pads that up
+    # to a multiple of 128 x tp: 131,073 -> ceil(131,073 / 128) x 128 = 1,025 x 128 = 131,200 at
+    # tp 1, ceil(131,073 / 1,024) x 1,024 = 129 x 1,024 = 132,096 at tp 8. NullTokenizer keeps
+    # --vocab-size as is (null_tokenizer.py:18, 60-62): 131,072 is already a multiple of both
+    line = "--tokenizer-type NullMultimodalTokenizer --vocab-size 131072"
+    read = megatron_args.read(SHAPE + line, "h100-sxm-80gb", 8)
+    arch = parse_plan(read.doc).job.arch
+    assert (arch.vocab_size, arch.padded_vocab(1), arch.padded_vocab(8)) == (
+        131_073,
+        131_200,
+        132_096,
+    )
+    assert read.notes[0] == (
+        "vocabulary: NullMultimodalTokenizer: --vocab-size 131072 + 1 (end of document)"
+    )
+    line = "--tokenizer-type NullTokenizer --vocab-size 131072"
+    arch = parse_plan(megatron_args.read(SHAPE + line, "h100-sxm-80gb", 8).doc).job.arch
+    assert (arch.padded_vocab(1), arch.padded_vocab(8)) == (131_072, 131_072)
+
+
 def test_padded_vocab_size_is_used_as_it_is() -> None:
     # Megatron sets padded_vocab_size from the tokenizer only when it is not given
     doc = megatron_args.read(SHAPE + "--padded-vocab-size 51200", "h100-sxm-80gb", 8).doc
@@ -124,6 +147,10 @@ def test_planner_vocab_size_wins_over_a_vocabulary_file_planner_does_not_open() 
     ("text", "needle"),
     [
         ("--tokenizer-type NullTokenizer", "NullTokenizer has exactly --vocab-size tokens"),
+        (
+            "--tokenizer-type NullMultimodalTokenizer",
+            r"NullMultimodalTokenizer has --vocab-size \+ 1 \(its end-of-document token\)",
+        ),
         ("--tokenizer-type FooTokenizer", "unknown tokenizer 'FooTokenizer'"),
     ],
 )

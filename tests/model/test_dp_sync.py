@@ -14,7 +14,7 @@ import pytest
 from jobs import h100_cluster
 
 from planner.inputs.layout import Layout
-from planner.model import comms, dp_sync
+from planner.model import comms, dp_sync, interleaved_sync
 
 
 def _reduce(n: float, grp: comms.Group) -> tuple[float, float]:
@@ -57,25 +57,33 @@ def test_kinds_on_different_tiers_keep_a_window_each() -> None:
     """windowed() by hand: 3 s and 2 s of gradients under a 4 s backward window. On one tier
     1 s shows (5 - 4) and the first bucket's fill: the smaller share is 0.1 / 3 = 1/30 of the
     4 s backward, 0.133 s; on two tiers each hides but for its last bucket (0.1 + 0.2 s)."""
-    one = [("infiniband", 3.0, 0.0, 0.1, 0.0), ("infiniband", 2.0, 0.0, 0.2, 0.0)]
-    two = [("infiniband", 3.0, 0.0, 0.1, 0.0), ("nvlink", 2.0, 0.0, 0.2, 0.0)]
+    one = [("infiniband", 3.0, 0.0, 0.1, 0.0, ()), ("infiniband", 2.0, 0.0, 0.2, 0.0, ())]
+    two = [("infiniband", 3.0, 0.0, 0.1, 0.0, ()), ("nvlink", 2.0, 0.0, 0.2, 0.0, ())]
     assert dp_sync.windowed(one, 0.0, 4.0) == pytest.approx((1.0 + 4.0 / 30, 4.0 - 4.0 / 30))
     assert dp_sync.windowed(two, 0.0, 4.0) == pytest.approx((0.3, 4.7))
 
 
-def test_the_interleaved_schedule_widens_the_gradient_window() -> None:
-    """Megatron's interleaved 1F1B syncs each chunk's gradients once its last micro-batch's
-    backward is done, and the cooldown runs the last group of min(pp, m) micro-batches through
-    the chunks from the last to the first. Hand arithmetic, one micro-batch's backward b on the
-    stage: pp 8, vpp 12, m >= 8: the last chunk is final 11 x 8 chunk backwards (b / 12 each)
-    before the stage's end, plus the first chunk's own: (1 + 88) / 12 b = 7.42 b. pp 4, vpp 2,
-    m = 2 (a group of 2): (1 + 2) / 2 b = 1.5 b. Without interleaving, b."""
+def test_the_chunks_launch_the_last_groups_chunk_backwards_apart() -> None:
+    """Megatron's interleaved 1F1B launches each chunk's gradient sync once its last
+    micro-batch's backward is done (align_grad_reduce, schedules.py:1446-1453 d98e8a64), and
+    the cooldown runs the last group of L micro-batches (m mod g, g where g divides m:
+    schedules.py:989-1003) through the chunks from the last to the first: the launches are L
+    chunk backwards apart. Hand arithmetic, one micro-batch's backward b on the stage: pp 8,
+    vpp 12, m 96 (g 8 divides it: L 8): 8 b / 12; pp 4, vpp 2, m 2 (g min(4, 2) = 2: L 2):
+    2 b / 2 = b; pp 4, vpp 2, m 14 at g 5: L = 14 mod 5 = 4, 4 b / 2 = 2 b; at g 7 (divides
+    14): L 7, 3.5 b. Rank 3's drain: 3 chunk backwards, 3 b / 2. Without interleaving, None."""
     b = 0.06
-    assert dp_sync.reduce_window(b, Layout(tp=4, pp=8, dp=16, vpp=12), 96) == pytest.approx(
-        89 / 12 * b
+    assert interleaved_sync.chunk_sync(b, Layout(tp=4, pp=8, dp=16, vpp=12), 96) == (
+        pytest.approx((12, 8 * b / 12, 0.0))
     )
-    assert dp_sync.reduce_window(b, Layout(tp=1, pp=4, dp=2, vpp=2), 2) == pytest.approx(1.5 * b)
-    assert dp_sync.reduce_window(b, Layout(tp=1, pp=4, dp=2), 32) == b
+    assert interleaved_sync.chunk_sync(b, Layout(pp=4, dp=2, vpp=2), 2) == pytest.approx(
+        (2, b, 0.0)
+    )
+    five = Layout(pp=4, vpp=2, microbatch_group_size_per_vp_stage=5)
+    assert interleaved_sync.chunk_sync(b, five, 14, 3) == pytest.approx((2, 2 * b, 1.5 * b))
+    seven = five.with_(microbatch_group_size_per_vp_stage=7)
+    assert interleaved_sync.chunk_sync(b, seven, 14) == pytest.approx((2, 3.5 * b, 0.0))
+    assert interleaved_sync.chunk_sync(b, Layout(tp=1, pp=4, dp=2), 32) is None
 
 
 def test_the_wider_window_hides_what_one_backward_does_not() -> None:
@@ -116,7 +124,7 @@ def test_the_gradient_sync_shows_what_a_bucket_pipeline_does(n: int, send: float
     0.04 s of a 0.04 n s backward, each sent for `send` s: compute-bound (send < 0.04) only the
     last bucket shows, link-bound the sync less the backward plus the first bucket's 0.04."""
     bwd = 0.04 * n
-    part = [("infiniband", n * send, 0.0, send, 0.0)]
+    part = [("infiniband", n * send, 0.0, send, 0.0, ())]
     exposed, hidden = dp_sync.windowed(part, 0.0, bwd)
     assert exposed == pytest.approx(_pipeline(n, 0.04, send))
     assert exposed + hidden == pytest.approx(n * send)
@@ -128,7 +136,7 @@ def test_the_parameter_gather_shows_what_a_bucket_pipeline_does(send: float) -> 
     forward waiting for its gather (the first gather before any compute). By hand, as the
     pipeline c + 4 max(c, r) + r after the start over the forward's 5 c: r = 0.01 shows 0.01,
     r = 0.05 shows 5 x 0.05 - 4 x 0.04 = 0.09."""
-    part = [("infiniband", 0.0, 5 * send, 0.0, send)]
+    part = [("infiniband", 0.0, 5 * send, 0.0, send, ())]
     exposed, _ = dp_sync.windowed(part, 0.2, 0.0)
     assert exposed == pytest.approx({0.01: 0.01, 0.05: 0.09}[send])
 

@@ -1,6 +1,6 @@
-"""The interleaved schedule's micro-batch group g in the step model: the DP reduce window
-(`dp_sync.reduce_window`) and the wrap-around hops (`schedule.interleaved_p2p_exposed`) at
-g != pp and m not a multiple of pp."""
+"""The interleaved schedule's micro-batch group g in the step model: the wrap-around hops
+(`schedule.interleaved_p2p_exposed`) at g != pp and m not a multiple of pp (the gradient syncs'
+launches at g: tests/model/test_aligned_grad_sync.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,7 @@ import random
 
 import pytest
 
-from planner.inputs.layout import Layout
-from planner.model import dp_sync, schedule
+from planner.model import schedule
 from planner.search.rules.parallel import least_group
 
 
@@ -20,27 +19,6 @@ def _end(sched: list[list[schedule.Op]]) -> float:
 def _groups(pp: int, m: int) -> list[int]:
     """Every g Megatron takes at m (schedules.py:1160-1180 d98e8a64, `interleaved_microbatches`)."""
     return [g for g in range(pp, m + 1) if m % g == 0 or m % g >= pp]
-
-
-@pytest.mark.parametrize(
-    ("pp", "vpp", "m", "g"),
-    [(4, 6, 6, 6), (4, 6, 8, 8), (8, 4, 12, 12), (4, 3, 10, 6), (4, 2, 14, 5)],
-)
-def test_reduce_window_is_the_last_groups_chunk_backwards(
-    pp: int, vpp: int, m: int, g: int
-) -> None:
-    # Brute force: in the simulated order (Megatron's table, checked against it in
-    # tests/model/test_schedule.py), every rank runs some backwards after its last backward of
-    # chunk vpp - 1 (whose buckets are final first); the window is those plus that one, in chunk
-    # backwards of bwd / vpp each. Hand arithmetic for the first: the last group holds
-    # 6 mod 6 = 6 micro-batches, (1 + 5 x 6) / 6 = 31/6 backwards (pp's 4 gave 21/6).
-    sched = schedule.simulate(pp, m, 1, 2, vpp, group=g)
-    for rank in sched:
-        kinds = [(op.kind, op.chunk) for op in rank if op.kind == "B"]
-        last = max(i for i, k in enumerate(kinds) if k == ("B", vpp - 1))
-        after = len(kinds) - 1 - last
-        lay = Layout(tp=1, pp=pp, dp=1, vpp=vpp, microbatch_group_size_per_vp_stage=g)
-        assert dp_sync.reduce_window(2.0, lay, m) == pytest.approx(2.0 * (1 + after) / vpp)
 
 
 def test_interleaved_hops_exact_at_every_group() -> None:
