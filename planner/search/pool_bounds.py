@@ -25,10 +25,11 @@ class TimeLines:
     recompute_us: Grid
     microbatches: int
     stages: tuple[int, ...]
-    boundary_us: int
+    boundary_us: tuple[int, ...]
     tail_us: TailLines = ()
-    """The stages' tails after the pipeline (`PoolSplitProblem`'s); `lower_bound_s` takes them
-    as 0, the least a tail is."""
+    """The stages' tails after the pipeline (`PoolSplitProblem`'s): an estimate for the solver's
+    objective, no bound (`pools.time_lines`); `lower_bound_s` takes them as 0, the least a tail
+    is."""
 
 
 def lower_bound_s(p: PoolSplitProblem | TimeLines, tight: bool = True) -> float:
@@ -44,19 +45,29 @@ def lower_bound_s(p: PoolSplitProblem | TimeLines, tight: bool = True) -> float:
     Per order of the pools (`_order_bound`, the least over the orders): with the order fixed,
     each rank's pool and pool boundaries are known, and so its a_r (fixed time plus the boundary
     hops) and b_r (per layer) with t_r >= a_r + y_r b_r (recompute adds c_r x recompute_us >= 0),
-    y_r >= 1, sum_r y_r = L: `pool_step_bound.order_floor` (its proof there), plus the tail
-    (`_tail_bound`). Each part is minimised separately, so their sum is at most the least exact
-    step of any split. Without `tight`: `order_floor`'s cheap weightings alone (no simplex)."""
+    y_r >= 1, sum_r y_r = L: `pool_step_bound.order_floor` (its proof there).
+
+    The tail after the pipeline (sync and optimizer step) is taken as 0, the least it is: its
+    lines (`tail_us`) are chords of a curve that is neither convex nor monotone in the layers,
+    above it between their samples (`pools.time_lines`), so they bound nothing. Without
+    `tight`: `order_floor`'s cheap weightings alone (no simplex)."""
     return max(_any_order_bound(p), _order_bound(p, tight=tight)) * 1e-6
 
 
 def _any_order_bound(p: PoolSplitProblem | TimeLines) -> float:
     """`lower_bound_s`'s part for any order, in microseconds: m x the fluid slowest stage T.
     Rank r's time on any pool is at least a_r + b_r y_r with a_r, b_r its least fixed and
-    per-layer times over the pools (boundary hops >= 0 dropped), so with b_r > 0 every
+    per-layer times over the pools, a_r with the boundary term of each of its neighbours where
+    that is negative on the pool (else none), so with b_r > 0 every
     y_r <= (T - a_r) / b_r, and as they sum to L, T >= (L + sum_r a_r / b_r) / sum_r 1 / b_r
     (0, no bound claimed, where some b_r is not positive)."""
-    least = [(min(f), min(g)) for f, g in zip(p.fixed_us, p.layer_us, strict=True)]
+    pp = len(p.fixed_us)
+    least = []
+    for r, (f, g) in enumerate(zip(p.fixed_us, p.layer_us, strict=True)):
+        ends = (r > 0) + (r < pp - 1)  # its neighbours: each may sit in another pool
+        least.append(
+            (min(a + ends * min(h, 0) for a, h in zip(f, p.boundary_us, strict=True)), min(g))
+        )
     if min(b for _, b in least) <= 0:
         return 0.0
     fluid = (p.num_layers + sum(a / b for a, b in least)) / sum(1 / b for _, b in least)
@@ -70,7 +81,7 @@ def order_lines(p: PoolSplitProblem | TimeLines, ks: Sequence[int], caps: Grid =
     out = []
     for r, k in enumerate(ks):
         a = float(p.fixed_us[r][k])
-        a += p.boundary_us * ((r > 0 and ks[r - 1] != k) + (r + 1 < len(ks) and ks[r + 1] != k))
+        a += p.boundary_us[k] * ((r > 0 and ks[r - 1] != k) + (r + 1 < len(ks) and ks[r + 1] != k))
         out.append((a, float(p.layer_us[r][k]), 1, min(caps[r][k], L) if caps else L))
     return out
 
@@ -84,9 +95,7 @@ def _order_bound(p: PoolSplitProblem | TimeLines, caps: Grid = (), tight: bool =
     best = math.inf
     for order in _orders(p, caps):
         ks = [k for k in order for _ in range(p.stages[k])]
-        bound = order_floor(order_lines(p, ks, caps), L, m, tight)
-        if bound < best:
-            best = min(best, bound + _tail_bound(p, ks))
+        best = min(best, order_floor(order_lines(p, ks, caps), L, m, tight))
     return best
 
 
@@ -95,7 +104,7 @@ def _orders(p: PoolSplitProblem | TimeLines, caps: Grid) -> list[tuple[int, ...]
     index order only: swapping twins changes no rank's lines, hops or tail."""
     grids = (p.fixed_us, p.layer_us, *(g for line in p.tail_us for g in line), caps)
     cols = [
-        (p.stages[k], tuple(tuple(row[k] for row in g) for g in grids))
+        (p.stages[k], p.boundary_us[k], tuple(tuple(row[k] for row in g) for g in grids))
         for k in range(len(p.stages))
     ]
     return [
@@ -112,21 +121,3 @@ def capped_bound_s(p: PoolSplitProblem | TimeLines, caps: Grid) -> float | None:
         return None
     bound = _order_bound(p, caps)
     return None if bound == math.inf else max(bound, _any_order_bound(p)) * 1e-6
-
-
-def _tail_bound(p: PoolSplitProblem | TimeLines, ks: list[int]) -> float:
-    """No more than the tail of any split in the order `ks` (the ranks' pools), memory aside,
-    from each of its lines (a rank's tail is at least each): at least 0 and each rank's line at
-    its fewest layers (1, or L where it falls), and, where every rank's line rises with the
-    layers, the fluid bound: every y_r <= (S - sa_r) / sb_r, summing to L, so
-    S >= (L + sum_r sa_r / sb_r) / sum_r 1 / sb_r."""
-    L = p.num_layers
-    least = 0.0
-    for f, g in p.tail_us:
-        sa = [f[r][k] for r, k in enumerate(ks)]
-        sb = [g[r][k] for r, k in enumerate(ks)]
-        least = max(least, max(x + y * (1 if y >= 0 else L) for x, y in zip(sa, sb, strict=True)))
-        if min(sb) > 0:
-            fluid = (L + sum(x / y for x, y in zip(sa, sb, strict=True))) / sum(1 / y for y in sb)
-            least = max(least, fluid)
-    return least

@@ -97,7 +97,7 @@ def _convex_times(p: PoolSplitProblem, ks: tuple[int, ...]) -> list[list[float]]
     L = p.num_layers
     out = []
     for r, k in enumerate(ks):
-        a = p.fixed_us[r][k] + p.boundary_us * hops(ks, r)
+        a = p.fixed_us[r][k] + p.boundary_us[k] * hops(ks, r)
         b, rt, rm = p.layer_us[r][k], p.recompute_us[r][k], p.recompute_mib[r][k]
         if b < 0 or rt < 0 or rm > 0 or p.layer_mib[r][k] < 0:
             return None

@@ -9,11 +9,12 @@ scored exactly, least bound first (then pools, then layers).
 
 Bound of one split (`split_floor`), on the lines the pooled search bounds every layout by
 (`pool_bounds.lower_bound_s` on `pools.time_lines`: a rank's stage time a_r + b_r y_r on its
-pool, exact at the sampled counts, its tail no less than each of its tail lines), less what
-rounding them to the microsecond may have added (`lowered`); recompute only adds to a stage.
-For every path j of `pool_step_bound.terms` the pipeline takes at least sum_q A_jq t_q (that
-module's proof: a path's ops run one after another), and the tail after it is at least each
-rank's tail lines and 0. Rank r's own path (D = 0: m t_r and the ranks before it) gives
+pool, exact at the sampled counts, with its sends at its pool's hop and each crossing's term of
+its pool), less what rounding them to the microsecond may have added (`lowered`); recompute
+only adds to a stage. For every path j of `pool_step_bound.terms` the pipeline takes at least
+sum_q A_jq t_q (that module's proof: a path's ops run one after another), and the tail after
+it at least 0 (its lines are chords, above the tail between their samples: no bound,
+`pools.time_lines`). Rank r's own path (D = 0: m t_r and the ranks before it) gives
 m (a_r + b_r y_r) <= step, so no split faster than a step E has y_r above (E / m - a_r) / b_r:
 the box the splits are listed in (`_box`).
 
@@ -51,8 +52,6 @@ Llama 3.1 70B's 80 layers over two stages, 158)."""
 
 Fitted = tuple[Job, Layout, memory.MemoryReport, PoolSplit]
 """A split that fits the GPUs: the job and layout it applies to, their memory, the split."""
-Tail = tuple[float, float]
-"""A tail line: (fixed, per layer) microseconds."""
 Score = Callable[[tuple[int, ...], tuple[int, ...], float], PoolPlan | None]
 """The exact model's plan of (pools per rank, layers per rank), None where it does not fit or
 is slower than the seconds given."""
@@ -168,26 +167,20 @@ class Refined:
     """Splits scored exactly here."""
 
 
-def split_floor(
-    lines: Sequence[Line], tails: Sequence[Sequence[Tail]], ys: Sequence[int], m: int
-) -> float:
-    """No more than the exact step (microseconds) of the split `ys` of ranks with `lines` and
-    tail lines `tails` (module docstring): the longest of `terms`' paths at the lines' times,
-    plus the largest tail line (at least 0)."""
+def split_floor(lines: Sequence[Line], ys: Sequence[int], m: int) -> float:
+    """No more than the exact step (microseconds) of the split `ys` of ranks with `lines`
+    (module docstring): the longest of `terms`' paths at the lines' times (the tail after the
+    pipeline taken as 0)."""
     times = [a + b * y for (a, b, _, _), y in zip(lines, ys, strict=True)]
     rows = terms(len(lines), m)[0]
-    pipe = max(sum(c * t for c, t in zip(row, times, strict=True)) for row in rows)
-    tail = max((f + g * y for rank, y in zip(tails, ys, strict=True) for f, g in rank), default=0)
-    return pipe + max(tail, 0.0)
+    return max(sum(c * t for c, t in zip(row, times, strict=True)) for row in rows)
 
 
-def lowered(p: PoolSplitProblem, ks: tuple[int, ...]) -> tuple[list[Line], list[list[Tail]]]:
+def lowered(p: PoolSplitProblem, ks: tuple[int, ...]) -> list[Line]:
     """The order's lines (`pool_bounds.order_lines`: fixed time with the boundary hops, time a
-    layer) and tail lines of `p`, each less what rounding to the microsecond may have added
-    (1/2 a coefficient: the intercept, the slope, each hop)."""
-    lines = [(a - 1.5, b - 0.5, lo, hi) for a, b, lo, hi in order_lines(p, ks)]
-    tails = [[(f[r][k] - 0.5, g[r][k] - 0.5) for f, g in p.tail_us] for r, k in enumerate(ks)]
-    return lines, tails
+    layer) of `p`, each less what rounding to the microsecond may have added (1/2 a
+    coefficient: the intercept, the slope, each hop)."""
+    return [(a - 1.5, b - 0.5, lo, hi) for a, b, lo, hi in order_lines(p, ks)]
 
 
 def _box(lines: Sequence[Line], L: int, m: int, step_us: float) -> list[int]:
@@ -251,14 +244,14 @@ def refine(
 
     boxes = []
     for ks in orders:
-        lines, tails = lowered(p, ks)
-        boxes.append((ks, lines, tails, _box(lines, L, m, min(key[0] * 1e6, cut))))
+        lines = lowered(p, ks)
+        boxes.append((ks, lines, _box(lines, L, m, min(key[0] * 1e6, cut))))
     if sum(_count(L, most, limit) for *_, most in boxes) > limit:
         return Refined(best, False, 0)
     listed: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
-    for ks, lines, tails, most in boxes:
+    for ks, lines, most in boxes:
         for ys in _splits(L, most):
-            if not beaten(low := split_floor(lines, tails, ys, m)):
+            if not beaten(low := split_floor(lines, ys, m)):
                 listed.append((low, ks, ys))
     listed.sort()
     scored = 0

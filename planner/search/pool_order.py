@@ -60,7 +60,12 @@ def twin_orders(p: PoolSplitProblem) -> list[tuple[int, ...]]:
     grids += (p.layer_us, p.recompute_us, *(g for line in p.tail_us for g in line), p.whole_mib)
     grids += (p.most_layers,)
     cols = [
-        (p.stages[k], p.capacity_mib[k], tuple(tuple(row[k] for row in g) for g in grids))
+        (
+            p.stages[k],
+            p.capacity_mib[k],
+            p.boundary_us[k],
+            tuple(tuple(row[k] for row in g) for g in grids),
+        )
         for k in range(npools)
     ]
     out = []
@@ -76,7 +81,8 @@ def rank_pools(p: PoolSplitProblem) -> list[tuple[int, ...]]:
 
 
 def hops(ks: tuple[int, ...], r: int) -> int:
-    """How many of rank r's neighbours sit in another pool (each crossing costs boundary_us)."""
+    """How many of rank r's neighbours sit in another pool (each crossing costs its pool's
+    boundary_us)."""
     return (r > 0 and ks[r - 1] != ks[r]) + (r + 1 < len(ks) and ks[r + 1] != ks[r])
 
 
@@ -96,7 +102,7 @@ def order_ranks(p: PoolSplitProblem, ks: tuple[int, ...], least_memory: bool) ->
         hi = min(hi, p.most(r, k))  # its host's cap
         if lo > hi:
             return None
-        a = p.fixed_us[r][k] + p.boundary_us * hops(ks, r)
+        a = p.fixed_us[r][k] + p.boundary_us[k] * hops(ks, r)
         tails = tuple((f[r][k], g[r][k]) for f, g in p.tail_us)
         out.append((a, p.layer_us[r][k], lo, hi, tails))
     return out

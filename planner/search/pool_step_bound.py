@@ -41,9 +41,9 @@ already reach the programme's optimum (the longest path there is an upper bound 
 bound itself is always `_least` of the weights found, with the box's both ends, so neither
 rounding in the simplex nor a skipped simplex can make it more than a bound: only less tight.
 
-The tail (data-parallel sync and optimizer step after the pipeline) is the step's too, so the
-least tail of the order adds to it (each part at its own least: their sum is no more than the
-sum at the best split).
+The tail (data-parallel sync and optimizer step after the pipeline) is the step's too, but
+this bound takes it as 0, the least it is (`pool_bounds.lower_bound_s`: the tail lines of
+`planner.search.pools` are chords, above the tail between their samples, and bound nothing).
 
 What it covers: every split of the order, not only the solver's. The solver's split is chosen
 by the closed form (`planner.search.pool_enum`), and the exact model may prefer another, which

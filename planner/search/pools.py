@@ -13,8 +13,11 @@ rank given y_a and then y_b layers, without recompute and with every layer recom
 memory (`planner.model.memory`) and per-micro-batch stage time (`planner.model.cost`) of every
 rank at the two counts give a line per (rank, pool): memory in MiB (rounded up) and time in
 microseconds. The pipeline's role of a rank (embedding, loss, MTP, micro-batches in flight) is
-its position, whatever pool runs it. A boundary between pools costs each of its two stages the
-slow link's hop less the pool's own, per micro-batch (1F1B's blocking sends).
+its position, whatever pool runs it. A rank's sends in its sample are those of a pipeline of pp
+ranks all on its pool (`cost.estimate`'s hop on one cluster); the line holds in their place its
+pool's own hop (`pools.rank_hops`), and a boundary between pools costs each of its two stages,
+per micro-batch (1F1B's blocking sends), the slow link's hop less its own pool's: one term per
+pool (`pool_hops`), negative where the pool's own hop is the slower.
 
 The answer is scored by the exact model on the pools in the solver's order; where the line was
 optimistic about memory (the exact model judges), the pool's capacity is lowered by the excess
@@ -29,13 +32,14 @@ from dataclasses import dataclass, field, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cost, fp32, memory, pools
+from planner.model import cost, memory, pools
 from planner.model.job_memo import JobMemo
 from planner.model.memory import StageMemory
 from planner.search.bound import rank_stage_times
 from planner.search.pool_bounds import TimeLines
 from planner.search.pool_enum import best_splits
 from planner.search.pool_exact import refine, scorer
+from planner.search.pool_hops import neighbours, send_hops, time_boundary
 from planner.search.pool_host import host_ok, layer_caps, tightened
 from planner.search.pool_order import rank_pools
 from planner.search.pool_plan import PoolPlan, apply
@@ -159,9 +163,12 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
     ya, yb, at = _at(job, layout)
     known = Recomputed() if known is None else known
     # the tail (sync and optimizer step, as many with recompute: its windows and parameters
-    # are the same) is convex in y, the sync exposed beyond what the stage's backward hides,
-    # max(traffic - window, ...) of lines: the chords through the samples at 1, ya and yb, the
-    # larger (exact at the samples)
+    # are the same): the chords through the samples at 1, ya and yb, the larger, exact at the
+    # samples. An estimate for the solver's objective only, no bound: the tail is neither
+    # convex nor monotone in y (seed 0 of tests/search/test_pool_exact_split.random_job, L40S
+    # rank 0, tp1 pp2 dp2 mbs2: 58,932 us at y = 1, 54,941 at 2, where the chord through 1
+    # and 7 says 68,054), so the bounds (`pool_bounds`, `pool_exact`) take it as 0
+    _, inner, sample = send_hops(job, layout)
     chords = [(ya, yb)] + ([(1, ya)] if ya > 1 else [])
     names = ("ft", "lt", "rt", *(f"{x}{c}" for c in range(len(chords)) for x in "fl"))
     grids: dict[str, list[list[int]]] = {n: [[] for _ in range(pp)] for n in names}
@@ -180,7 +187,9 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
                 _line(sum(tim[ya, f][0][r]) * 1e6, sum(tim[yb, f][0][r]) * 1e6, ya, yb)
                 for f in (False, True)
             ]
-            grids["ft"][r].append(round(min(t_line[0][0], t_line[1][0])))
+            # the sample's sends (`neighbours` of them, its cluster's hop) made its pool's own
+            own = neighbours(r, pp) * (inner[k] - sample[k]) * 1e6
+            grids["ft"][r].append(round(min(t_line[0][0], t_line[1][0]) + own))
             grids["lt"][r].append(round(t_line[0][1]))
             grids["rt"][r].append(max(round(t_line[1][1] - t_line[0][1]), 0))
             tail = {y: v[1][r] * 1e6 for (y, f), v in tim.items() if not f}
@@ -196,7 +205,7 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
         recompute_us=g["rt"],
         microbatches=layout.num_microbatches(job.global_batch_size),
         stages=pools.pool_stages(job, layout),
-        boundary_us=round(_boundary_s(job, layout) * 1e6),
+        boundary_us=time_boundary(job, layout),
         tail_us=tuple((g[f"f{c}"], g[f"l{c}"]) for c in range(len(chords))),
     )
 
@@ -271,21 +280,6 @@ def _line(a: float, b: float, ya: int, yb: int) -> tuple[float, float]:
     return a - ya * slope, slope
 
 
-def _boundary_s(job: Job, layout: Layout) -> float:
-    """What one stage's pair of sends costs more on the slow link than inside a pool."""
-    t = layout.micro_batch_size * job.seq_length / layout.cp
-    # config.pipeline_dtype, params_dtype: fp32 in fp32 training (`fp32.value_bytes`), as
-    # `cost.estimate` sizes the same sends
-    word = fp32.value_bytes(job)
-    size = t * job.arch.hidden_size * word / (layout.tp if layout.sequence_parallel else 1)
-    assert job.between_pools is not None
-    wan = comms.p2p(size, comms.achieved(job.between_pools, False))
-    inner = min(
-        comms.p2p(size, comms.p2p_link(p.cluster, pools.stage_gpus(layout), 2)) for p in job.pools
-    )
-    return max(wan - inner, 0.0)
-
-
 def floor_lines(job: Job, layout: Layout) -> TimeLines | None:
     """Lines whose every coefficient is no more than `time_lines`', without the exact model's
     estimates: each bound of their least exact step (`pool_bounds.lower_bound_s`, less 1e-9 of
@@ -295,9 +289,11 @@ def floor_lines(job: Job, layout: Layout) -> TimeLines | None:
     A rank's stage time at the two sample counts, as `bound.rank_stage_times` sums it from the
     layer times, leaves out only terms that are >= 0 and the same at both counts (its sends, a
     vision encoder): its line through them has the exact line's slope and no more than its
-    intercept. `time_lines` rounds both to the microsecond (by 1/2 at most); here 1 us less,
-    rounded down. None for other training codes than Megatron, or with the deferred
-    output-layer weight gradients (tests/search/test_pool_floor.py checks it below)."""
+    intercept (where `time_lines` holds the rank's sends at its own pool's hop, >= 0; the
+    boundary terms are `time_lines`' own). `time_lines` rounds both to the microsecond (by 1/2
+    at most); here 1 us less, rounded down. None for other training codes than Megatron, or
+    with the deferred output-layer weight gradients (tests/search/test_pool_floor.py checks it
+    below)."""
     if job.framework != "megatron" or layout.defer_embedding_wgrad_compute:
         return None
     pp = layout.pp
@@ -323,7 +319,7 @@ def floor_lines(job: Job, layout: Layout) -> TimeLines | None:
         recompute_us=tuple((0,) * len(job.pools) for _ in range(pp)),
         microbatches=layout.num_microbatches(job.global_batch_size),
         stages=pools.pool_stages(job, layout),
-        boundary_us=round(_boundary_s(job, layout) * 1e6),
+        boundary_us=time_boundary(job, layout),
     )
 
 

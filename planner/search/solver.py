@@ -133,7 +133,8 @@ class PoolSplitProblem:
                 + [c = y >= 1] whole_mib[r][k] <= capacity_mib[k]
         host    y <= most_layers[r][k]   (its pool's host memory; empty grid: no cap)
         time    fixed_us[r][k]  + y layer_us[r][k]  + c recompute_us[r][k]
-                + boundary_us for each neighbour on another pool
+                + boundary_us[k] for each neighbour on another pool (< 0 where pool k's
+                  own hop is slower than the link between pools)
         tail    max over the lines (f, l) of tail_us of f[r][k] + y l[r][k]   (once a step)
 
     The tail is what the step adds after the pipeline for the stage: its exposed data-parallel
@@ -151,7 +152,8 @@ class PoolSplitProblem:
     fixed_us: Grid
     layer_us: Grid
     recompute_us: Grid
-    boundary_us: int
+    boundary_us: tuple[int, ...]
+    """Per pool, what a neighbour on another pool adds to a stage's time over one on its own."""
     microbatches: int
     recompute: bool = True
     """Whether the block recompute count N may be above 0."""
@@ -207,7 +209,7 @@ def stage_values(
         whole = p.whole(r, k) if 0 < y <= n else 0
         mem.append(p.fixed_mib[r][k] + whole + y * p.layer_mib[r][k] + c * p.recompute_mib[r][k])
         t = p.fixed_us[r][k] + y * p.layer_us[r][k] + c * p.recompute_us[r][k]
-        t += p.boundary_us * (
+        t += p.boundary_us[k] * (
             (r > 0 and pools[r - 1] != k) + (r + 1 < len(pools) and pools[r + 1] != k)
         )
         time.append(t)
@@ -310,7 +312,7 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
     excess = m.new_int_var(0, top_mib if relax else 0, "excess_mib")
     # per rank and pool: memory within the pool's capacity, time as a linear form
     big = max(max(map(abs, row)) for g in (p.layer_us, p.recompute_us, p.fixed_us) for row in g)
-    top = (big * (2 * L + 1) + 2 * p.boundary_us) or 1
+    top = (big * (2 * L + 1) + 2 * max(map(abs, p.boundary_us), default=0)) or 1
     t = [m.new_int_var(0, top, f"time_{r}") for r in range(pp)]
     for r in range(pp):
         for k in range(npools):
@@ -321,7 +323,7 @@ def solve_pools(p: PoolSplitProblem, relax: bool = False) -> PoolSplit | None:
                 m.add(y[r] <= p.most(r, k)).only_enforce_if(x[r][k])
             work = p.fixed_us[r][k] + y[r] * p.layer_us[r][k] + c[r] * p.recompute_us[r][k]
             hops = (b[r - 1] if r > 0 else 0) + (b[r] if r + 1 < pp else 0)
-            m.add(t[r] >= work + p.boundary_us * hops).only_enforce_if(x[r][k])
+            m.add(t[r] >= work + p.boundary_us[k] * hops).only_enforce_if(x[r][k])
     span = m.new_int_var(0, top, "slowest_stage")
     m.add_max_equality(span, t)
     # tail: at least every stage's, and 0 (`tail_of`)

@@ -72,12 +72,13 @@ def test_best_splits_match_brute_force_with_recompute(seed: int) -> None:
 
 
 def test_twin_pools_are_solved_once() -> None:
-    """Two pools with equal columns, capacity and stages: one of their two orders is solved,
-    and the optimum is the brute force's over both."""
+    """Two pools with equal columns (the boundary term, per pool, too), capacity and stages:
+    one of their two orders is solved, and the optimum is the brute force's over both."""
     base = random_problem(random.Random(3))
     twin = dict(
         stages=(2, 2),
         capacity_mib=(70, 70),
+        boundary_us=(base.boundary_us[0],) * 2,
         **{
             g: tuple((row[0], row[0]) for row in getattr(base, g)[:1] * 4)
             for g in (
@@ -98,7 +99,8 @@ def test_twin_pools_are_solved_once() -> None:
 
 
 def test_three_pools_orders() -> None:
-    """Three pools, the first and last twins: the orders with the twins in index order."""
+    """Three pools, the first and last twins (equal columns, the boundary term's too): the
+    orders with the twins in index order."""
     p = random_problem(random.Random(11))
     cols = [0, 1, 0]
     grids = ("fixed_mib", "layer_mib", "recompute_mib", "fixed_us", "layer_us", "recompute_us")
@@ -108,6 +110,7 @@ def test_three_pools_orders() -> None:
         stages=(1, 2, 1),
         num_layers=max(p.num_layers, pp),
         capacity_mib=(60, 50, 60),
+        boundary_us=tuple(p.boundary_us[0] + 5 * c for c in cols),  # per pool: a column too
         **NO_EXTRAS,
         **{
             g: tuple(tuple(getattr(p, g)[0][0] + 5 * c for c in cols) for _ in range(pp))

@@ -112,7 +112,7 @@ def test_the_closed_form_is_no_bound_of_the_exact_step() -> None:
     p = PoolSplitProblem(
         num_layers=6, stages=(2,), capacity_mib=(1000,), fixed_mib=((0,),) * 2,
         layer_mib=((0,),) * 2, recompute_mib=((0,),) * 2, fixed_us=((10,), (0,)),
-        layer_us=((10,), (20,)), recompute_us=((0,),) * 2, boundary_us=0, microbatches=2,
+        layer_us=((10,), (20,)), recompute_us=((0,),) * 2, boundary_us=(0,), microbatches=2,
         recompute=False,
     )  # fmt: skip
     share = [[1 / 3]] * 2

@@ -66,7 +66,8 @@ def random_problem(rng: random.Random) -> PoolSplitProblem:
         fixed_us=grid(0, 50),
         layer_us=grid(10, 40),
         recompute_us=grid(0, 12),
-        boundary_us=rng.randint(0, 60),
+        # per pool; a little below 0 too (its own hop the slower), the time still >= 0
+        boundary_us=tuple(rng.randint(-5, 60) for _ in range(npools)),
         microbatches=rng.randint(1, 8),
         recompute=rng.random() < 0.7,
     )
@@ -111,7 +112,7 @@ def test_faster_pool_takes_more_layers() -> None:
         fixed_us=zero,
         layer_us=((10, 20), (10, 20)),
         recompute_us=zero,
-        boundary_us=0,
+        boundary_us=(0, 0),
         recompute=False,
     )
     one = solve_pools(PoolSplitProblem(microbatches=1, **base))
