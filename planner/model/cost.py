@@ -60,7 +60,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import replace
-from typing import Any
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -182,7 +181,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
     stage_times: list[float] = []
     stages: list[tuple[float, float]] = []
     rows: list[tuple[float, ...]] = []
-    syncs: list[tuple[Any, ...]] = []  # each rank's DP sync's inputs
+    dp_exp = dp_hid = opt = link_busy = 0.0  # link_busy: the busiest shared PCIe link's
+    dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
+    tails: list[float] = []
     drain = 0.0  # the last stage's deferred output-layer wgrads (output_time.deferred_wgrad)
     for rank, chunks in enumerate(lay.chunk_layers(arch.num_layers)):
         if jobs:  # the rank's pool: its GPU's rates, its own links (planner.model.pools)
@@ -210,43 +211,33 @@ def estimate(job: Job, layout: Layout) -> Performance:
         forward = stage_times[-1] * fwd / (fwd + bwd) if fwd + bwd > 0 else 0.0
         stages.append((forward, stage_times[-1] - forward))
         rows.append((c, rec, tp, tp_h, cp, cp_h, ep_e, ep_h, off, wcast))
-        # DP traffic and optimizer (below); its windows:
+        # DP traffic and optimizer; its windows:
         # the compute and the waits on other links' exposed traffic (the DP stream runs for
         # the stage's whole busy time, `stage_sync.other_link_seconds`) less what its own
         # link carries of other hidden traffic (`stage_sync.dp_link_hidden`)
         exposed = (tp, cp, ep_e, off)
         extra = stage_sync.link_window_seconds(job, lay, dp_groups, exposed, (tp_h, cp_h, ep_h))
-        per_mb = 0.0
-        if shared_link.applies(job.cluster):  # every transfer on one PCIe link, each way
-            sends = 2 * lay.vpp * (max(hops[rank]) if hops else hop) if lay.pp > 1 else 0.0
-            per_mb = sum(n * (k.tp_traffic + k.ep) for k, n in mix)
-            per_mb += cp + cp_h + sends + offload_one_way(job, lay, chunks, lt)
-            per_mb += lt.encoder.tp if rank == 0 else 0.0
-        syncs.append((job, lt, dp_groups, share, chunks, mix, heads, fwd, bwd, rec, extra, per_mb))
-
-    dp_exp = dp_hid = opt = link_busy = 0.0  # link_busy: the busiest shared PCIe link's
-    dp_seen: dict[tuple[object, ...], tuple[float, float, float]] = {}
-    tails: list[float] = []
-    for rank, (pj, plt, groups, sh, chunks, mix, heads, fwd, bwd, rec, extra, per_mb) in enumerate(
-        syncs
-    ):
         w_f, w_b = stage_sync.sync_windows(fwd, bwd, rec, extra)
         # ranks with the same layers, as counted in their mix (interleaved: chunk by chunk,
         # each chunk's sync its own), and role move the same bytes; a later rank of an
         # interleaved stage takes an earlier one's, whose shorter drain hides no more of it
         # (`interleaved_sync.chunk_sync`): the largest tail is still a rank's own
-        split = tuple(map(pj.arch.kind_counts, zip(chunks))) if lay.vpp > 1 else ()
-        key = (tuple(n for _, n in mix), heads, rank == 0, id(pj), w_f, w_b, split)
+        split = tuple(map(job.arch.kind_counts, zip(chunks))) if lay.vpp > 1 else ()
+        key = (tuple(n for _, n in mix), heads, rank == 0, id(job), w_f, w_b, split)
         if key not in dp_seen:
             dp_seen[key] = stage_sync.stage_sync(
-                pj, lay, rank, chunks, mix, plt, groups, sh, w_f, w_b
+                job, lay, rank, chunks, mix, lt, dp_groups, share, w_f, w_b
             )
         e, hid, o = dp_seen[key]
         tails.append(e + o)
         if e + o >= dp_exp + opt:  # the stage where they take longest decides
             dp_exp, dp_hid, opt = e, hid, o
-        if shared_link.applies(pj.cluster):
-            dp_traffic = e + (1 - sh) * hid  # e holds sh x hid of the SMs, not traffic
+        if shared_link.applies(job.cluster):  # every transfer on one PCIe link, each way
+            sends = 2 * lay.vpp * (max(hops[rank]) if hops else hop) if lay.pp > 1 else 0.0
+            per_mb = sum(n * (k.tp_traffic + k.ep) for k, n in mix)
+            per_mb += cp + cp_h + sends + offload_one_way(job, lay, chunks, lt)
+            per_mb += lt.encoder.tp if rank == 0 else 0.0
+            dp_traffic = e + (1 - share) * hid  # e holds share x hid of the SMs, not traffic
             link_busy = max(link_busy, shared_link.busy_seconds(per_mb, m, dp_traffic))
 
     # the schedule's bubble (planner.model.schedule: 1F1B / interleaved, torchtitan's others;

@@ -25,17 +25,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-
-def schedule_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
-    """Megatron's schedule table: (micro-batch, chunk) per entry, in groups of `group`
-    micro-batches, the last group taking every one left (schedules.py:989-1016 d98e8a64;
-    `schedule.op_order` walks it)."""
-    return [
-        (i, c)
-        for first in range(0, m, group)
-        for c in range(vpp)
-        for i in range(first, m if first + group >= m else first + group)
-    ]
+from planner.model.megatron_order import schedule_table, warmup
 
 
 @lru_cache(maxsize=1 << 12)
@@ -63,14 +53,6 @@ def early_counts(pp: int, vpp: int, m: int, group: int) -> tuple[int, ...]:
     return tuple(counts)
 
 
-def _warm(pp: int, vpp: int, rank: int, m: int, group: int) -> int:
-    """The warm-up forwards of rank `rank` (`in_flight.in_flight` less the steady one), capped
-    at the step's m x vpp (schedules.py :953-978, :2277-2278)."""
-    if vpp == 1:
-        return min(pp - rank - 1, m)
-    return min(2 * (pp - rank - 1) + (vpp - 1) * group, m * vpp)
-
-
 @lru_cache(maxsize=1 << 12)
 def held_counts(pp: int, vpp: int, rank: int, m: int, group: int) -> tuple[int, ...]:
     """Pipeline messages beyond `early_counts` that rank `rank` of Megatron's schedule holds
@@ -94,7 +76,7 @@ def held_counts(pp: int, vpp: int, rank: int, m: int, group: int) -> tuple[int, 
     chunk sends no output or takes no gradient, nor where the first rank's chunk 0 has no input
     gradient."""
     total = m * vpp
-    warm = _warm(pp, vpp, rank, m, group)
+    warm = warmup(pp, vpp, rank, m * vpp, group)
     first, last = rank == 0, rank == pp - 1
     if vpp == 1:
         both = (not last) + (not first)
@@ -119,6 +101,6 @@ def transient(pp: int, vpp: int, rank: int, m: int, group: int) -> int:
     (:2362-2368, :1655-1660), one. Interleaved with the p2p overlap: none beyond `held_counts`."""
     if rank == pp - 1:
         return 0
-    if m * vpp <= _warm(pp, vpp, rank, m, group):
+    if m * vpp <= warmup(pp, vpp, rank, m * vpp, group):
         return 1
     return 2 if vpp == 1 else 0

@@ -25,7 +25,8 @@ the loss on rank 0 (`Layout.output_rank`).
 from __future__ import annotations
 
 from planner.inputs.layout import Layout
-from planner.model.early_receives import early_counts, held_counts, schedule_table
+from planner.model.early_receives import early_counts, held_counts
+from planner.model.megatron_order import schedule_table, warmup
 
 
 def group_size(layout: Layout, group: int | None = None) -> int:
@@ -41,11 +42,8 @@ def in_flight(layout: Layout, rank: int, num_microbatches: int, group: int | Non
     earlier micro-batch's backward, layer by layer, so that the one being built and the one being
     released together hold one micro-batch's activations and one layer more
     (`stage_activations`): the same count."""
-    pp, vpp = layout.pp, layout.vpp
-    total = num_microbatches * vpp
-    if vpp == 1:
-        return min(pp - rank, total)
-    warm = 2 * (pp - rank - 1) + (vpp - 1) * group_size(layout, group)
+    total = num_microbatches * layout.vpp
+    warm = warmup(layout.pp, layout.vpp, rank, total, group_size(layout, group))
     return min(warm + 1, total)
 
 

@@ -57,7 +57,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.model import one_f_one_b
-from planner.model.early_receives import schedule_table
+from planner.model.megatron_order import schedule_table, warmup
 from planner.model.v_bubble import V_BUBBLES, v_bubble
 
 if TYPE_CHECKING:
@@ -166,21 +166,6 @@ class Op(NamedTuple):
     micro: int
     chunk: int
     """The rank's model chunk (0 .. vpp - 1; always 0 without interleaving)."""
-
-
-def warmup(
-    pp: int, vpp: int, rank: int, total: int, group: int | None = None, ep_overlap: bool = False
-) -> int:
-    """Forwards a rank runs before its first backward (Megatron `get_pp_rank_microbatches`):
-    pp - rank - 1 without interleaving, (pp - rank - 1) x 2 + (vpp - 1) x g with it (g the
-    micro-batches per group of a virtual stage, --microbatch-group-size-per-virtual-pipeline-
-    stage, default pp), at most `total` (the rank's m x vpp chunk forwards). Under the EP
-    all-to-all overlap (--overlap-moe-expert-parallel-comm) one more, so that each merged
-    forward and backward are of different micro-batches (schedules.py:966-970 d98e8a64; without
-    pipelining combined_1f1b_schedule_for_no_pipelining runs F0, then [F1 | B0], ...: one too)."""
-    g = group or pp
-    warm = pp - rank - 1 if vpp == 1 else (pp - rank - 1) * 2 + (vpp - 1) * g
-    return min(warm + (1 if ep_overlap else 0), total)
 
 
 @lru_cache(maxsize=1 << 16)

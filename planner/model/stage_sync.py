@@ -257,10 +257,9 @@ def other_link_seconds(
     GPUs. Not counted: the pipeline's blocking sends (on the pipeline's own link, often the NIC
     DP uses), and the idle time after a stage's last backward while the drain reaches the first
     stage, which would need each stage's end from the schedule (`cost.estimate` adds the sync
-    after the whole pipeline; it adds to the windows each micro-batch's wait on the slowest
-    stage, the steady state's, not the fill's or the drain's)."""
-    on = _dp_links(job, lay, groups)
-    return sum(s for s, shared in zip(exposed, on, strict=True) if not shared)
+    after the whole pipeline), nor each micro-batch's wait of a faster stage on the slowest (the
+    pooled search's per-rank tail lines could not bound a tail that reads other ranks' times)."""
+    return _off_dp(exposed, _dp_links(job, lay, groups))
 
 
 def dp_link_hidden(
@@ -278,8 +277,7 @@ def dp_link_hidden(
     predicted shorter (QA property test, a power cut: -0.17%). The host copies hidden under the
     compute of a PCIe-only GPU are left to its link's floor (`shared_link`, which counts them
     once each way), as before."""
-    on = _dp_links(job, lay, groups)
-    return sum(s for s, shared in zip(hidden, on[:3], strict=True) if shared)
+    return _on_dp(hidden, _dp_links(job, lay, groups))
 
 
 def link_window_seconds(
@@ -292,8 +290,17 @@ def link_window_seconds(
     """`other_link_seconds` of `exposed` less `dp_link_hidden` of `hidden`, the links sorted
     once: what a stage's waits add to its DP windows per micro-batch (`sync_windows`' extra)."""
     on = _dp_links(job, lay, groups)
-    other = sum(s for s, shared in zip(exposed, on, strict=True) if not shared)
-    return other - sum(s for s, shared in zip(hidden, on[:3], strict=True) if shared)
+    return _off_dp(exposed, on) - _on_dp(hidden, on)
+
+
+def _off_dp(exposed: tuple[float, ...], on: tuple[bool, ...]) -> float:
+    """The seconds of `exposed` on links DP does not use (`on`: `_dp_links`)."""
+    return sum(s for s, shared in zip(exposed, on, strict=True) if not shared)
+
+
+def _on_dp(hidden: tuple[float, ...], on: tuple[bool, ...]) -> float:
+    """The seconds of `hidden` (TP, CP, expert all-to-all) on links DP uses."""
+    return sum(s for s, shared in zip(hidden, on[:3], strict=True) if shared)
 
 
 def sync_windows(fwd: float, bwd: float, rec: float, extra: float) -> tuple[float, float]:
