@@ -86,27 +86,6 @@ class _Peaks:
         return self.seen[rung]
 
 
-class _HostBudget:
-    """`host_memory.activation_budget` of a base at one ZeRO stage, asked in steps: its ceiling
-    (rounding "floor", no walk of the pinned pieces) answers "no" to bytes above it,
-    `variants.Budget` (its floor, then the exact budget) the rest: `holds(x)` is exactly
-    `activation_budget(job, zbase) >= x`."""
-
-    def __init__(self, job: Job, zbase: Layout) -> None:
-        self.job, self.zbase = job, zbase
-        self.most: float | None = None
-        self.budget: Budget | None = None
-
-    def holds(self, x: float) -> bool:
-        if self.most is None:
-            self.most = host_memory.activation_budget(self.job, self.zbase, "floor")
-        if x > self.most:
-            return False
-        if self.budget is None:
-            self.budget = Budget(self.job, self.zbase)
-        return not self.budget.below(x)
-
-
 def _uncovered(rungs: list[Rung]) -> list[Rung]:
     """The rungs no other of them covers (`rungs.covers`: offloading every module another
     offloads and more holds no more memory on any stage), which alone can be the leanest: of
@@ -117,7 +96,7 @@ def _uncovered(rungs: list[Rung]) -> list[Rung]:
 def _held(job: Job, zbase: Layout, rungs: list[Rung]) -> list[Rung]:
     """Of the rungs, as the host's budget holds them (`_host_held`), those no other covers
     (`_uncovered`); the covered are held only where a rung covering them is over the budget."""
-    budget = _HostBudget(job, zbase)
+    budget = Budget(job, zbase)
     kept = _uncovered(rungs)
     held = [h for r in kept if (h := _host_held(job, zbase, r, budget)) is not None]
     if len(held) == len(kept):
@@ -125,7 +104,7 @@ def _held(job: Job, zbase: Layout, rungs: list[Rung]) -> list[Rung]:
     return _uncovered([h for r in rungs if (h := _host_held(job, zbase, r, budget)) is not None])
 
 
-def _host_held(job: Job, zbase: Layout, rung: Rung, budget: _HostBudget) -> Rung | None:
+def _host_held(job: Job, zbase: Layout, rung: Rung, budget: Budget) -> Rung | None:
     """The rung as the search takes it under the host's budget for offloaded activations
     (`host_memory.activation_budget`, as `variants` holds each rung to it): one that offloads
     nothing as it is (where the offloaded optimizer alone is over the budget, `_host_bound` says
@@ -137,7 +116,7 @@ def _host_held(job: Job, zbase: Layout, rung: Rung, budget: _HostBudget) -> Rung
         return rung
 
     def fits(r: Rung) -> bool:
-        return budget.holds(host_memory.activation_bytes(job, r.on(zbase)))
+        return not budget.below(host_memory.activation_bytes(job, r.on(zbase)))
 
     if fits(rung):
         return rung

@@ -23,7 +23,7 @@ any block recompute count N (recompute only adds time): where that is slower tha
 far, the split is done; else the least N that fits (`_least_n`), the exact model judging.
 
 Exact where the box is small: where the splits in the box, over every order, number at most
-`SPLITS`, the best found is the exact model's fastest split of the layout (`Refined.exact`);
+`SPLITS`, the best found is the exact model's fastest split of the layout;
 else the solver's answer stands, scored exactly. With the search's cut (the top-th step so
 far), splits whose bound reaches it are not scored: they cannot enter the top rows."""
 
@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -157,16 +156,6 @@ def _lines_fit(p: PoolSplitProblem, ks: tuple[int, ...], ys: tuple[int, ...], n:
     return all(v <= p.capacity_mib[k] for v, k in zip(used, ks, strict=True))
 
 
-@dataclass(frozen=True)
-class Refined:
-    """The split kept, and whether it is the exact model's fastest of the layout's."""
-
-    plan: PoolPlan
-    exact: bool
-    scored: int
-    """Splits scored exactly here."""
-
-
 def split_floor(lines: Sequence[Line], ys: Sequence[int], m: int) -> float:
     """No more than the exact step (microseconds) of the split `ys` of ranks with `lines`
     (module docstring): the longest of `terms`' paths at the lines' times (the tail after the
@@ -227,7 +216,7 @@ def refine(
     score: Score,
     cutoff_s: float | None = None,
     limit: int = SPLITS,
-) -> Refined:
+) -> PoolPlan:
     """The exact model's fastest split where the box holds at most `limit` splits (module
     docstring), else `best` (the solver's). Of equally fast splits, the first in (pools, layers)
     order. With `cutoff_s` (the search's top-th step so far), a split whose bound is at least
@@ -247,19 +236,17 @@ def refine(
         lines = lowered(p, ks)
         boxes.append((ks, lines, _box(lines, L, m, min(key[0] * 1e6, cut))))
     if sum(_count(L, most, limit) for *_, most in boxes) > limit:
-        return Refined(best, False, 0)
+        return best
     listed: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
     for ks, lines, most in boxes:
         for ys in _splits(L, most):
             if not beaten(low := split_floor(lines, ys, m)):
                 listed.append((low, ks, ys))
     listed.sort()
-    scored = 0
     for low, ks, ys in listed:
         if beaten(low):
             break  # sorted by the bound: no later split is faster
-        scored += 1
         plan = score(ks, ys, min(key[0], cut * 1e-6))
         if plan is not None and (plan.step_time, ks, ys) < key:
             best, key = plan, (plan.step_time, ks, ys)
-    return Refined(best, True, scored)
+    return best

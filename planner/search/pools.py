@@ -382,4 +382,4 @@ def plan_split(
     if best is None:
         return None
     score = scorer(job, layout, headroom_pct, p)
-    return refine(p, rank_pools(p), best, score, cutoff_s).plan
+    return refine(p, rank_pools(p), best, score, cutoff_s)

@@ -270,18 +270,25 @@ def _twin_dominates(
 
 
 class Budget:
-    """`host_memory.activation_budget` of a base at one ZeRO stage, asked only where its lower
-    bound (rounding "ceiling": every pinned block at its ceiling, no less than the exact bytes)
-    cannot answer: `below(x)` is exactly `activation_budget(job, layout) < x`."""
+    """`host_memory.activation_budget` of a base at one ZeRO stage, asked only where its bounds
+    cannot answer: its lower bound (rounding "ceiling": every pinned block at its ceiling, no
+    less than the exact bytes), then its upper bound (rounding "floor", no walk of the pinned
+    pieces), each computed once when first needed: `below(x)` is exactly
+    `activation_budget(job, layout) < x`."""
 
     def __init__(self, job: Job, layout: Layout) -> None:
         self.job, self.layout = job, layout
         self.least = host_memory.activation_budget(job, layout, "ceiling")
+        self.most: float | None = None
         self.exact: float | None = None
 
     def below(self, x: float) -> bool:
         if self.least >= x:
             return False
+        if self.most is None:
+            self.most = host_memory.activation_budget(self.job, self.layout, "floor")
+        if self.most < x:
+            return True
         if self.exact is None:
             self.exact = host_memory.activation_budget(self.job, self.layout)
         return self.exact < x
