@@ -75,7 +75,7 @@ from planner.model import (
     titan_accumulation,
     weight_hash,
 )
-from planner.model.fp32 import value_bytes
+from planner.model.fp32 import pipeline_message_bytes
 from planner.model.job_memo import ModelMemo
 from planner.model.mtp_hops import Hops, interleaved_extra, standalone_hops
 from planner.model.output_time import deferred_wgrad
@@ -165,9 +165,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
     jobs = pools.rank_jobs(job, lay)  # each rank's pool ((): one GPU kind)
     hops: tuple[tuple[float, float], ...] = ()
     if lay.pp > 1:
-        t = lay.micro_batch_size * job.seq_length / lay.cp
-        # config.pipeline_dtype, params_dtype: fp32 in fp32 training (`fp32.value_bytes`)
-        size = t * arch.hidden_size * value_bytes(job) / (lay.tp if lay.sequence_parallel else 1)
+        size = pipeline_message_bytes(job, lay)
         at = _hops_at(job, lay, bool(jobs))
         every = at(size)
         hops, hop = every if jobs else (), max(max(h) for h in every)

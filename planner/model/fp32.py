@@ -49,6 +49,7 @@ NVIDIA/Megatron-LM d98e8a64 unless said otherwise:
 
 from __future__ import annotations
 
+from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.gemm import Gpu
 from planner.model.shard import BF16, FP32, MASK, Shard, norm_input
@@ -155,3 +156,12 @@ def score_bytes(heads: int, s: int, micro_batch: int, dropout: bool) -> float:
     sample: SCORE_BYTES, and DROPOUT_SCORE_BYTES where the model has attention dropout."""
     per = SCORE_BYTES + (DROPOUT_SCORE_BYTES if dropout else 0)
     return per * heads * s * s * micro_batch
+
+
+def pipeline_message_bytes(job: Job, layout: Layout) -> float:
+    """Bytes of one pipeline send (a micro-batch's hidden states at a stage boundary, or their
+    gradient): its tokens over cp, the hidden size, split by tp under sequence parallelism, in
+    config.pipeline_dtype, the parameters' (`value_bytes`: fp32 in fp32 training)."""
+    t = layout.micro_batch_size * job.seq_length / layout.cp
+    tp = layout.tp if layout.sequence_parallel else 1
+    return t * job.arch.hidden_size * value_bytes(job) / tp

@@ -29,14 +29,11 @@ def neighbours(r: int, pp: int) -> int:
 
 
 def send_hops(job: Job, layout: Layout) -> tuple[float, list[float], list[float]]:
-    """Seconds of one activation send (`cost.estimate` sizes it: t x h / tp with SP, in
-    config.pipeline_dtype: fp32 in fp32 training, `fp32.value_bytes`): on the slow link, inside
+    """Seconds of one activation send (`fp32.pipeline_message_bytes`): on the slow link, inside
     each pool as `pools.rank_hops` times it (its stages' group), and inside each pool's sample
     of `pools.time_lines` (pp ranks on the pool's cluster alone, as `cost.estimate` times a job
     without pools: the pipeline group's stride, `dp_sync.pp_stride`)."""
-    t = layout.micro_batch_size * job.seq_length / layout.cp
-    word = fp32.value_bytes(job)
-    size = t * job.arch.hidden_size * word / (layout.tp if layout.sequence_parallel else 1)
+    size = fp32.pipeline_message_bytes(job, layout)
     assert job.between_pools is not None
     wan = comms.p2p(size, comms.achieved(job.between_pools, False))
     counts, gpus = pools.pool_stages(job, layout), pools.stage_gpus(layout)
