@@ -23,6 +23,7 @@ from planner.model import cp_time, cpu_offload, dsa, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
 from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
+from planner.model.fp32 import pipeline_message_bytes
 from planner.model.in_flight import group_size, schedule_peak
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.layout_shard import SHARD_UNREAD, make_shard
@@ -309,8 +310,7 @@ def stage_activations(
     # pipeline_dtype, the parameters' (argument_utils.py:306)
     message = exchange = 0.0
     if job.framework != "torchtitan" and layout.pp > 1:
-        message = sh.value_bytes * sh.tokens * arch.hidden_size
-        message /= sh.tp if sh.sequence_parallel else 1
+        message = pipeline_message_bytes(job, layout)
         exchange = message * transient(layout.pp, layout.vpp, rank, m, group_size(layout, group))
     stored = _peak(tuple(kept), layout, rank, m, schedule_name(job, layout), group, message)
     n_layers = layer_count(chunks)
