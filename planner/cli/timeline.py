@@ -5,7 +5,8 @@ per-stage times (`Performance.stages`: one micro-batch's forward and backward on
 exposed TP/CP/EP traffic included, and 1F1B's blocking PP sends), scheduled by
 planner.schedule.simulate in Megatron-LM's order (1F1B, or interleaved 1F1B with each chunk 1/vpp
 of its rank's time, the odd chunks in a lighter shade, each overlapped send delaying its receiver
-by `Performance.p2p_hop`), so uneven stages and the fill and drain show as they run. Gaps are
+by `Performance.p2p_hop`, or without the p2p overlap each rank's blocking exchanges in its ops,
+`Performance.p2p_blocking`), so uneven stages and the fill and drain show as they run. Gaps are
 idle time (the bubble). After the last backward every rank pays the step's exposed DP traffic,
 optimizer and fixed costs, with what the stage times leave out (`Performance.unscheduled_s`:
 FP8 weight casts once a step, the deferred output-layer gradients' flush). Under Megatron's EP
@@ -68,7 +69,13 @@ def _megatron_blocks(
     vpp = layout.vpp
     fwd = [f for f, _ in perf.stages]
     bwd = [b for _, b in perf.stages]
-    sched = simulate(layout.pp, shown, fwd, bwd, vpp, perf.p2p_hop, group, layout.ep_comm_overlap)
+    hop = perf.p2p_hop
+    if perf.p2p_blocking:  # the overlap off: each exchange in its rank's ops, no hop after them
+        pairs = zip(perf.p2p_blocking, fwd, bwd, strict=True)
+        grow = [1 + x / (f + b) if f + b else 1.0 for x, f, b in pairs]
+        fwd = [f * k for f, k in zip(fwd, grow, strict=True)]
+        bwd, hop = [b * k for b, k in zip(bwd, grow, strict=True)], 0.0
+    sched = simulate(layout.pp, shown, fwd, bwd, vpp, hop, group, layout.ep_comm_overlap)
     rows = []
     for ops in sched:
         row = []
@@ -177,6 +184,8 @@ def pipeline_svg(job: Job, layout: Layout, perf: Performance) -> str:
         body.append(f"<text x='{lx + 16}' y='{ly}' {FONT} font-size='11'>{escape(label)}</text>")
         lx += 22 + 7 * len(label)
     hop = f"each PP send ({perf.p2p_hop * 1e3:.2f} ms) delays its receiver"
+    if perf.p2p_blocking:
+        hop = "each rank's blocking PP exchanges (no p2p overlap) in its ops"
     foot = [
         f"whole step {perf.step_time_s:.3f} s over "
         f"{titan_accumulation.schedules_text(job, layout) or f'{m} micro-batches'}, bubble "

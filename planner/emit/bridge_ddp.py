@@ -102,6 +102,11 @@ def comm_overlap_table(plan: Plan) -> dict[str, Any]:
     DDP's (128 MiB buckets wherever dp > 1 unless given here: `bucket_size`)."""
     lay = plan.require_layout()
     out: dict[str, Any] = {"tp_comm_overlap": lay.tp_comm_overlap, **_deferral(lay)}
+    if lay.vpp > 1 and not lay.overlap_p2p_comm:
+        # Bridge turns the overlap on and batching off at vpp > 1 unless given (comm_overlap.py
+        # :453-460, `_override_user_cfgs`); off, Megatron-LM batches (argument_utils.py:307)
+        out["overlap_p2p_comm"] = False
+        out["batch_p2p_comm"] = True
     if plan.job.arch.is_moe:
         out["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         out["delay_wgrad_compute"] = lay.ep_comm_overlap

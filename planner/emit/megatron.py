@@ -89,6 +89,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
     if lay.cp_exchange:  # passed to Transformer Engine as spelt
         a.append(("--cp-comm-type", lay.cp_exchange))
     a += pipeline_args(arch, lay)
+    if lay.vpp > 1 and not lay.overlap_p2p_comm:  # the interleaved default's overlap off
+        a.append(("--no-overlap-p2p-communication",))
     if lay.sequence_parallel:
         a.append(("--sequence-parallel",))
     if lay.tp_comm_overlap:

@@ -177,6 +177,9 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
     if _given(p, "microbatch_group_size_per_vp_stage") and lay.vpp == 1:
         why = "vpp is 1 (only the interleaved schedule groups micro-batches)"
         yield _note(p, "parallel", "microbatch_group_size_per_vp_stage", why)
+    if _given(p, "overlap_p2p_comm") and lay.vpp == 1:  # arguments.py:1010-1012 d98e8a64
+        why = "vpp is 1 (without interleaving Megatron turns the p2p overlap off itself)"
+        yield _note(p, "parallel", "overlap_p2p_comm", why)
     if _given(p, "wgrad_deferral_limit") and not lay.defer_embedding_wgrad_compute:
         yield _note(p, "parallel", "wgrad_deferral_limit", "defer_embedding_wgrad_compute is off")
     twice = next((m for k, m in enumerate(p.offload_modules) if m in p.offload_modules[:k]), None)

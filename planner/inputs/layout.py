@@ -159,6 +159,13 @@ class Layout:
     microbatch_group_size_per_vp_stage: int | None = None
     """Micro-batches the interleaved schedule runs per virtual stage in a row (Megatron
     --microbatch-group-size-per-virtual-pipeline-stage; None = pp)."""
+    overlap_p2p_comm: bool = True
+    """With vpp > 1: the interleaved schedule's pipeline sends and receives overlap its compute
+    (Megatron's default; --no-overlap-p2p-communication turns it off, arguments.py:3118-3120 at
+    d98e8a64). False: each iteration's exchange is one batched, blocking call after its forward
+    and backward (batch_p2p_comm = not overlap_p2p_comm, training/argument_utils.py:307), which
+    needs pp > 2. Read only with vpp > 1: without interleaving Megatron turns it off anyway
+    (arguments.py:1010-1012), so a plan's False at vpp 1 is this default."""
     overlap_param_gather: bool = True
     """All-gather ZeRO-sharded parameters in buckets during the next forward (Megatron
     --overlap-param-gather; needs overlap_grad_reduce). False: after the optimizer step, exposed."""
@@ -339,6 +346,7 @@ class Layout:
             (not self.overlap_grad_reduce, "grad-sync-exposed"),
             (self.zero_stage >= 1 and not self.overlap_param_gather, "param-gather-exposed"),
             (self.use_tp_pp_dp_mapping, "tp-pp-dp-order"),
+            (self.vpp > 1 and not self.overlap_p2p_comm, "p2p-blocking"),
         )
         parts += [name for on, name in switches if on]
         if self.moe_token_dispatcher_type != "alltoall":

@@ -85,6 +85,8 @@ def parallel(
             out[f"account_for_{part}_in_pipeline_split"] = True
     out["tp_comm_overlap"] = tp_comm_overlap(line, notes)
     out["ep_comm_overlap"] = line.has("--overlap-moe-expert-parallel-comm")
+    if line.has("--no-overlap-p2p-communication"):  # arguments.py:3118-3120 (vpp 1: inert)
+        out["overlap_p2p_comm"] = False
     out["moe_shared_expert_overlap"] = line.has("--moe-shared-expert-overlap")
     out["zero_stage"] = _zero_stage(line)
     # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward

@@ -144,6 +144,7 @@ READ = frozenset(
         "--pipeline-model-parallel-layout",
         "--account-for-embedding-in-pipeline-split",
         "--account-for-loss-in-pipeline-split",
+        "--no-overlap-p2p-communication",  # overlap_p2p_comm (and Megatron's refusal at pp 2)
         "--tp-comm-overlap",  # and what it overlaps: megatron_tp_overlap
         "--disable-tp-comm-overlap-ag",
         "--no-tp-comm-overlap-ag",
@@ -202,7 +203,6 @@ READ = frozenset(
         "--no-position-embedding",
         "--ckpt-format",
         "--no-gradient-accumulation-fusion",
-        "--no-overlap-p2p-communication",
         "--main-params-dtype",
         "--tensor-parallel-num-weight-shards",  # refused beyond tp (megatron_layout)
         "--expert-tensor-parallel-num-weight-shards",

@@ -144,6 +144,9 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         moe_flex_dispatcher_num_sms=section.moe_flex_dispatcher_num_sms,
         cp_comm_type=section.cp_comm_type,
         microbatch_group_size_per_vp_stage=section.microbatch_group_size_per_vp_stage,
+        # Megatron reads it with interleaving alone (`Layout.overlap_p2p_comm`): vpp 1 takes the
+        # default, so the two plans are one layout
+        overlap_p2p_comm=section.overlap_p2p_comm or vpp == 1,
         pipeline_layers=section.pipeline_layers,
         pipeline_layout=stages,
         account_for_embedding_in_pipeline_split=bool(
@@ -164,6 +167,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         v_stages=v_stages(job, vpp),  # the stages in stage order, placed by the schedule
     )
     _rank_order(job, layout, where)
+    _p2p_overlap(job, section, where)
     return _torchtitan_recompute(job, section, layout, where)
 
 
@@ -204,6 +208,21 @@ def _rank_order(job: Job, layout: Layout, where: str) -> None:
         )
     if job.pools:
         raise InputError(f"{field}: not with [[cluster.pools]] (pools hold whole pipeline stages)")
+
+
+def _p2p_overlap(job: Job, section: ParallelSection, where: str) -> None:
+    """`overlap_p2p_comm` given false under torchtitan: a Megatron-LM setting torchtitan has no
+    counterpart of (b5bcd76c config/configs.py:121 ParallelismConfig has none, and
+    distributed/pipeline_parallel.py:322-336 builds torch's schedule with no communication
+    option: the stages, the micro-batch count, the loss, scale_grads), so its launch could not
+    run what the plan was timed with: refused rather than ignored."""
+    if job.framework == "torchtitan" and not section.overlap_p2p_comm:
+        raise InputError(
+            f"{where}: parallel.overlap_p2p_comm: false: a Megatron-LM setting "
+            "(--no-overlap-p2p-communication); torchtitan has none (its ParallelismConfig and "
+            "torch's pipeline schedules take no such switch: b5bcd76c config/configs.py:121, "
+            "distributed/pipeline_parallel.py:322-336)"
+        )
 
 
 def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, where: str) -> Layout:

@@ -71,6 +71,12 @@ class ParallelSection(BaseModel):
         default="p2p", description="context parallelism's exchange: p2p, a2a or all_gather"
     )
     microbatch_group_size_per_vp_stage: PositiveInt | None = None
+    overlap_p2p_comm: Flag = Field(
+        default=True,
+        description="with vpp > 1, the interleaved schedule's pipeline sends overlap compute "
+        "(Megatron's default; false: --no-overlap-p2p-communication, blocking batched "
+        "exchanges, needs pp > 2); no effect at vpp 1; Megatron-LM and Megatron-Bridge only",
+    )
     pipeline_layers: tuple[PositiveInt, ...] | None = None
     pipeline_model_parallel_layout: str | None = Field(
         default=None,

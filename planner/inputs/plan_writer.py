@@ -218,6 +218,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["cp_comm_type"] = layout.cp_exchange
     if layout.microbatch_group_size_per_vp_stage is not None:
         out["microbatch_group_size_per_vp_stage"] = layout.microbatch_group_size_per_vp_stage
+    if layout.vpp > 1 and not layout.overlap_p2p_comm:  # read with interleaving alone
+        out["overlap_p2p_comm"] = False
     if layout.dp_pools > 1:
         out["dp_pools"] = layout.dp_pools
     if layout.moe_shared_expert_overlap:

@@ -23,7 +23,8 @@ layers on their own stage (1 + D) x as much from it to the loss stage, each exch
 shape swap: `mtp_hops`);
 when interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
 boundary, 2 (pp vpp - 1), and the slowest rank's waits on its forward sends past pp micro-batches
-(`schedule.interleaved_p2p_exposed`); DP gradient reduce-scatter / all-reduce and parameter
+(`schedule.interleaved_p2p_exposed`), or without that overlap every chunk's blocking exchange
+(`blocking_p2p`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
 gradients' window is the last micro-batch's backward; under the interleaved schedule each
@@ -64,6 +65,7 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import (
+    blocking_p2p,
     comms,
     dp_sync,
     flops,
@@ -171,6 +173,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         hops, hop = every if jobs else (), max(max(h) for h in every)
         hops = standalone_hops(job, lay, size, at) or hops  # MTP on its own stage
     interleaved = lay.vpp > 1  # Megatron overlaps p2p with compute in the interleaved schedule
+    blocking: list[float] = []  # unless told not to (`blocking_p2p`)
     exch = [0.0 if interleaved else _exchanges(lay.pp, r, hops, hop) for r in range(lay.pp)]
 
     dp_groups = dp_sync.data_parallel_groups(job.cluster, lay)
@@ -262,10 +265,16 @@ def estimate(job: Job, layout: Layout) -> Performance:
         # Megatron waits on each forward's send before freeing its output (schedules.py
         # :1811-1815): the slowest rank's vpp a micro-batch, the last rank's last chunk none
         waits = lay.vpp - (worst == lay.pp - 1) if job.framework == "megatron" else 0
-        pp_exposed += interleaved_p2p_exposed(
+        over = interleaved_p2p_exposed(
             lay.vpp, m, hop, fwds, bwds, lay.microbatch_group_size_per_vp_stage, waits
         )
-        pp_exposed += interleaved_extra(job, lay, m, size, at)
+        over += interleaved_extra(job, lay, m, size, at)
+        if job.framework == "megatron" and not lay.overlap_p2p_comm:
+            # blocking exchanges (`blocking_p2p`), never below the overlapped schedule's (whose
+            # closed form is an upper bound where a hop outlasts a chunk's forward)
+            blocking = blocking_p2p.exchanges(job, lay, size, at)
+            over = max(over, blocking_p2p.exposed(stage_times, blocking, m, lay.vpp))
+        pp_exposed += over
 
     breakdown = StepBreakdown(
         compute=m * c + wcast,
@@ -307,6 +316,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         tails=tuple(tails),
         unscheduled_s=wcast + flush,
         p2p_hop=hop if interleaved else 0.0,
+        p2p_blocking=tuple(blocking),
         peak_over_bf16=peak / bf16_peak,
         precision=job.precision,
         peak_name=_peak_name(jobs or (job,)),

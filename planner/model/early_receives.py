@@ -19,7 +19,23 @@ The receive of the rank's next forward (backward) every rank holds whatever g; `
 counts the others: the messages beyond it, alive until their entry comes. At g = pp none.
 `held_counts` counts that receive and the other pipeline tensors every rank holds at its
 activations' peak (the output sent, the last input gradient; 1F1B's too), `transient` those
-only a blocking exchange holds."""
+only a blocking exchange holds.
+
+Without the overlap (--no-overlap-p2p-communication, `Layout.overlap_p2p_comm` false) the
+steady state runs each iteration's forward and backward first and then one batched, blocking
+exchange (:1900-1949, `send_forward_backward_recv_forward_backward`): the receives of iteration k
+are posted after its backward, so none is alive at its forward's peak; the warm-up's and the
+cool-down's exchanges block in both modes (:1633-1660, :2053-2058).
+
+Under the EP all-to-all overlap (--overlap-moe-expert-parallel-comm) each steady iteration is one
+merged forward and backward (combined_1f1b.py:138-512, common model_chunk_schedule_plan.py
+:500-610): the forward builds its chunk while the backward releases another, so the activations
+stay at their peak, and at its end, with the p2p overlap, `post_forward` and `post_backward` run
+inside it (:596-607) while the backward's output gradient is still referenced by
+combined_forward_backward_step and the loop still holds the previous input gradient: two more
+than `held_counts` counts for the plain schedule. Its extra warm-up forward
+(schedules.py:966-970) only moves the peak one entry on: the state the plain schedule holds after
+its forward k the merged one holds at the end of its iteration k - 1."""
 
 from __future__ import annotations
 
@@ -29,12 +45,15 @@ from planner.model.megatron_order import schedule_table, warmup
 
 
 @lru_cache(maxsize=1 << 12)
-def early_counts(pp: int, vpp: int, m: int, group: int) -> tuple[int, ...]:
+def early_counts(
+    pp: int, vpp: int, m: int, group: int, steady_from: int | None = None
+) -> tuple[int, ...]:
     """Messages rank 0 holds beyond its next forward's input when n of its forwards are done
     (entry n), n = 0 .. m x vpp; the same for the last rank's gradients when n of its backwards
     are done (the table mirrored: the same posting iterations and consuming entries). A receive
     posted at iteration k counts from the end of op k until its consumer runs, excluding the
-    one op n itself needs."""
+    one op n itself needs. `steady_from`: rank 0's warm-up count without the p2p overlap, from
+    which on its receives are posted after the iteration's backward (`_posted_after`)."""
     total = m * vpp
     counts = [0] * (total + 1)
     if vpp < 2 or pp < 2:
@@ -48,13 +67,23 @@ def early_counts(pp: int, vpp: int, m: int, group: int) -> tuple[int, ...]:
         consumer = index[(i, c + 1)]
         # alive after op k (n = k + 1 done) until op `consumer` starts; early while
         # the next op (n) is not its consumer
-        for n in range(k + 1, consumer):
+        for n in range(_posted_after(k, steady_from), consumer):
             counts[n] += 1
     return tuple(counts)
 
 
+def _posted_after(k: int, steady_from: int | None) -> int:
+    """The forwards done at the first peak a receive posted at iteration k is alive at: k + 1
+    (right after forward k: the overlap, and every warm-up exchange), or k + 2 where it is
+    posted after iteration k's backward (a steady iteration without the overlap: alive from the
+    next forward's peak on)."""
+    return k + 2 if steady_from is not None and k >= steady_from else k + 1
+
+
 @lru_cache(maxsize=1 << 12)
-def held_counts(pp: int, vpp: int, rank: int, m: int, group: int) -> tuple[int, ...]:
+def held_counts(
+    pp: int, vpp: int, rank: int, m: int, group: int, overlap: bool = True, merged: bool = False
+) -> tuple[int, ...]:
     """Pipeline messages beyond `early_counts` that rank `rank` of Megatron's schedule holds
     from the end of its steady-state forward k to the start of the backward after it (the
     moment its activations peak), k = 0 .. S - 1 (S steady iterations); `transient` adds those
@@ -74,7 +103,15 @@ def held_counts(pp: int, vpp: int, rank: int, m: int, group: int) -> tuple[int, 
     and the previous backward's input gradient (the loop's `input_tensor_grad`, returned at
     :1888, reassigned only after this iteration's backward): none where the last rank's last
     chunk sends no output or takes no gradient, nor where the first rank's chunk 0 has no input
-    gradient."""
+    gradient.
+
+    Without the overlap (`overlap` false; module docstring) the next forward's input is received
+    only after the backward: none but on rank 0, where a wrapped input posted before iteration k
+    is there (with g above pp). With the EP overlap (`merged`, module docstring) the peak after
+    iteration k - 1 (k >= 1) holds that iteration's output gradient and the input gradient
+    before it too; without the p2p overlap as well, the larger of those two and the exchange's
+    next input and gradient; at k = 0, the end of its warm-up (one forward longer), the output
+    or the first gradient."""
     total = m * vpp
     warm = warmup(pp, vpp, rank, m * vpp, group)
     first, last = rank == 0, rank == pp - 1
@@ -82,14 +119,41 @@ def held_counts(pp: int, vpp: int, rank: int, m: int, group: int) -> tuple[int, 
         both = (not last) + (not first)
         return tuple(both if k else 0 for k in range(total - warm))
     table = schedule_table(m, vpp, group)
+    index = {entry: k for k, entry in enumerate(table)}
+
+    def grad(k: int) -> bool:  # backward k's output gradient (it runs chunk vpp - 1 - table's)
+        return not (last and table[k][1] == 0)
+
+    def input_grad(k: int) -> bool:  # backward k's input gradient, sent on
+        return k >= 0 and not (first and table[k][1] == vpp - 1)
+
+    def early(k: int, by: int) -> bool:  # entry k's wrapped receive posted at iteration `by`
+        i, c = table[k]  # or before (the leading rank's: posted at (i, c - 1)'s + pp - 1)
+        return c > 0 and index[(i, c - 1)] + pp - 1 <= by
+
     out = []
     for k in range(total - warm):
         f = warm + k
         nxt = f + 1 < total and (not first or table[f + 1][1] > 0)
         output = not (last and table[f][1] == vpp - 1)
-        grad = not (last and table[k][1] == 0)  # backward k runs chunk vpp - 1 - table's
-        prev = k > 0 and not (first and table[k - 1][1] == vpp - 1)
-        out.append(nxt + output + grad + prev)
+        sent = output + input_grad(k - 1)
+        if merged and not k:  # the end of its warm-up: its last exchange batches the three
+            # without the overlap (:1633-1651), else frees its output before the first gradient
+            # is posted (:1655-1728) or, every forward in its warm-up, received (:1962-1970)
+            batched = not overlap and f + 1 < total
+            out.append(nxt + (output + grad(0) if batched else max(output, grad(0))))
+        elif merged:  # still referenced as the merged op ends: its gradient, the input gradient
+            held = grad(k - 1) + input_grad(k - 2)  # before it
+            if overlap:
+                out.append(sent + grad(k) + nxt + held)
+            else:  # that moment (a leading rank's next receive in already at g above pp), or
+                # the exchange after it
+                held += (first and nxt and early(f + 1, f - 1)) + (last and early(k, k - 2))
+                out.append(sent + max(held, grad(k) + nxt))
+        elif overlap or not (nxt and first):  # (no next input; without the overlap not yet in)
+            out.append(sent + grad(k) + (nxt and overlap))
+        else:  # rank 0's wrapped input: there if posted before iteration f (at g above pp)
+            out.append(sent + grad(k) + early(f + 1, f - 1))
     return tuple(out)
 
 
@@ -98,7 +162,9 @@ def transient(pp: int, vpp: int, rank: int, m: int, group: int) -> int:
     `send_forward_recv_backward` (:2416) allocates the new output gradient while the output
     (freed after it, :2423) and the previous gradient are alive: two but on the last rank; with
     every forward in the warm-up (no steady state) the last forward's output while it is sent
-    (:2362-2368, :1655-1660), one. Interleaved with the p2p overlap: none beyond `held_counts`."""
+    (:2362-2368, :1655-1660), one. Interleaved: none beyond `held_counts`, with the p2p overlap
+    or without it (its batched exchange runs after the backward has released a chunk, which
+    keeps more than the two messages it adds)."""
     if rank == pp - 1:
         return 0
     if m * vpp <= warmup(pp, vpp, rank, m * vpp, group):

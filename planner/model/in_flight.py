@@ -80,7 +80,8 @@ def schedule_peak(
     with a group above pp: every op of the step is walked, each moment holding its early
     receives too); `held_messages`: and after each steady forward those
     `early_receives.held_counts` counts (the output being sent, the received input and gradient
-    the next ops take, the last input gradient), in 1F1B too."""
+    the next ops take, the last input gradient), in 1F1B too; with the layout's p2p overlap
+    (`Layout.overlap_p2p_comm`) and EP overlap as `early_receives` says."""
     vpp = len(kept)
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
@@ -89,8 +90,11 @@ def schedule_peak(
         return c0 * kept[0] + c1 * kept[1]
     n_flight = in_flight(layout, rank, max(m, 1), group)
     pp, size = layout.pp, group_size(layout, group)
+    overlap = layout.overlap_p2p_comm or vpp == 1  # (Megatron's; read with interleaving alone)
     extra = (
-        held_counts(pp, vpp, rank, max(m, 1), size) if held_messages and message and pp > 1 else ()
+        held_counts(pp, vpp, rank, max(m, 1), size, overlap, layout.ep_comm_overlap)
+        if held_messages and message and pp > 1
+        else ()
     )
     if vpp == 1:
         return n_flight * kept[0] + message * max(extra, default=0)
@@ -99,7 +103,9 @@ def schedule_peak(
     if extra:  # Megatron's own warm-up (one steady forward where n_flight is the whole step)
         warm = total - len(extra)
     if message and rank in (0, pp - 1):
-        early = early_counts(pp, vpp, max(m, 1), group)
+        # rank 0's receives after the backward without the p2p overlap (`early_receives`)
+        blocking = rank == 0 and not (overlap or layout.ep_comm_overlap)
+        early = early_counts(pp, vpp, max(m, 1), group, warm if blocking else None)
         if any(early):
             return _with_early(kept, max(m, 1), group, warm, early, message, rank == 0, extra)
     steady = total - warm if m % group else min(total - warm, group * vpp + 1)

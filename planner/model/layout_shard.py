@@ -41,6 +41,7 @@ SHARD_UNREAD = frozenset(
         "ep_comm_overlap",
         "overlap_grad_reduce",
         "microbatch_group_size_per_vp_stage",
+        "overlap_p2p_comm",
         "overlap_param_gather",
         "ddp_bucket_size",
         "defer_embedding_wgrad_compute",

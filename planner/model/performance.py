@@ -113,6 +113,10 @@ class Performance:
     """Seconds each overlapped point-to-point send (one micro-batch's activations or gradients)
     delays its receiver in the interleaved schedule; 0 in 1F1B, whose blocking sends are in the
     stage times."""
+    p2p_blocking: tuple[float, ...] = ()
+    """Per pipeline stage, the seconds of its blocking exchanges per micro-batch in the
+    interleaved schedule without the p2p overlap (`blocking_p2p.exchanges`; not in `stages`):
+    where a drawn schedule puts them, in its rank's ops in place of `p2p_hop`; () elsewhere."""
     peak_over_bf16: float = 1.0
     """The dense peak `mfu` is taken against over the bf16 dense peak: 1 for a bf16 job, the FP8
     / bf16 peak ratio (2 on Hopper) for an FP8 one, the FP4 / bf16 one for NVFP4, the TF32 /

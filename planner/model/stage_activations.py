@@ -239,8 +239,8 @@ def _chunks_kept(
 
 _PEAKS: dict[tuple[object, ...], float] = {}
 """`schedule_peak` per what it reads: the chunks' bytes, pp, vpp, the micro-batch group, the
-rank, the micro-batches, the schedule and the pipeline message's bytes (held and early
-receives: `schedule_peak`; no model constant: never stale)."""
+rank, the micro-batches, the schedule, the pipeline message's bytes (held and early
+receives: `schedule_peak`) and the p2p and EP overlaps; no model constant: never stale."""
 
 
 def _peak(
@@ -252,7 +252,8 @@ def _peak(
     group: int | None,
     message: float = 0.0,
 ) -> float:
-    key = (kept, layout.pp, layout.vpp, group_size(layout, group), rank, m, name, message)
+    overlaps = (layout.overlap_p2p_comm, layout.ep_comm_overlap)  # held_counts reads them too
+    key = (kept, layout.pp, layout.vpp, group_size(layout, group), rank, m, name, message, overlaps)
     peak = _PEAKS.get(key)
     if peak is None:
         if len(_PEAKS) >= 1 << 16:

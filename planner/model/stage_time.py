@@ -73,6 +73,7 @@ _FIXED: dict[str, object] = {
     "account_for_embedding_in_pipeline_split": False,
     "account_for_loss_in_pipeline_split": False,
     "ep_comm_overlap": False,
+    "overlap_p2p_comm": True,
     "overlap_grad_reduce": True,
     "overlap_param_gather": True,
     "cpu_offloading_num_layers": 0,

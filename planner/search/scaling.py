@@ -171,6 +171,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("moe_flex_dispatcher_num_sms", "dispatcher SMs"),
     ("cp_comm_type", "cp-comm-type"),
     ("microbatch_group_size_per_vp_stage", "vp group"),
+    ("overlap_p2p_comm", "p2p-overlap"),
     ("dp_pools", "dp pools"),
     ("sequence_parallel", "sp"),
     ("tp_comm_overlap", "tp-comm-overlap"),

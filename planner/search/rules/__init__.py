@@ -5,7 +5,8 @@ both values) or nothing: `parallel` holds the rules on degrees, pipeline split a
 `context` those on context parallelism, `features` those on recompute, offloading, MoE dispatch
 and routing, FP8 and the expert overlap, and what Megatron only warns about; `optimizer` those of
 Muon and the CPU-offloaded optimizer; `fused_mlp` those of the experts' fused grouped MLP;
-`shared_overlap` those of the shared experts' overlap; `flex_settings` the flex dispatcher's SM
+`shared_overlap` those of the shared experts' overlap; `p2p_overlap` the interleaved
+schedule's without its p2p overlap; `flex_settings` the flex dispatcher's SM
 count, HybridEP's budget and the paged stash; `hybrid` those of a hybrid Mamba stack; `gdn` those
 of gated delta nets; `dsa` those of DeepSeek sparse attention;
 `torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs every
@@ -46,6 +47,7 @@ from planner.search.rules.hybrid import RULES as HYBRID_RULES
 from planner.search.rules.hybrid import STRUCTURAL_RULES as HYBRID_STRUCTURAL
 from planner.search.rules.hybrid import expert_overlap as hybrid_expert_overlap
 from planner.search.rules.optimizer import muon, optimizer_offload
+from planner.search.rules.p2p_overlap import blocking_pipeline
 from planner.search.rules.parallel import (
     batch,
     deterministic,
@@ -103,6 +105,7 @@ RULES: tuple[Rule, ...] = (
     query_groups,
     pipeline_split,
     vpp,
+    blocking_pipeline,
     experts,
     tp_pp_dp_order,
     context,
