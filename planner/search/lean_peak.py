@@ -4,6 +4,7 @@ binding constraint it names, and the first GPU memory, GPU count or sequence len
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from dataclasses import replace
 
@@ -26,35 +27,50 @@ def _lean_kinds(space: Space) -> tuple[Recompute, ...]:
     return tuple(k for k in space.recompute if k == last or (k == "none" and space.offload))
 
 
-def min_peak(job: Job, space: Space, enough: float = 0.0) -> tuple[float, Layout | None]:
+def min_peak(
+    job: Job, space: Space, enough: float | None = None, fixed: bool = True
+) -> tuple[float, Layout | None]:
     """The smallest peak memory any layout of the space reaches, and that layout: every structure
     at its leanest, each ZeRO stage the space searches on it (`space.zero_stages`; the most
     sharding is not always the least memory: at dp 1 ZeRO 3's Megatron-FSDP buffers sit over
     ZeRO 1's), the leanest memory savers of `_lean_kinds` (`rungs.leanest`), the smallest
-    micro-batch, no interleaving. The first at or below `enough` is returned as soon as found
-    (whether any fits is all some callers ask)."""
-    lean = replace(
-        space,
-        recompute=_lean_kinds(space),
-        mbs=Bound(space.mbs.lo, space.mbs.lo),
-        vpp=Bound(1, 1),
-    )
-    best: tuple[float, Layout | None] = (float("inf"), None)
-    for s in space_mod.each_structure(job, lean, Counter()):
-        for mbs, vpp, split in space_mod.options(job, lean, s):
-            for base in space_mod.bases(job, s, mbs, vpp, split, lean):
-                rungs = leanest(base.single, base.ladders) or list(base.single)
-                for zero in space_mod.zero_stages(space, base.layout):
-                    zbase = base.layout.with_(zero_stage=zero)
-                    peaks = _Peaks(job, zbase, space.headroom_pct)
-                    if not peaks.below(rungs, best[0]):
-                        continue  # no rung the host's budget holds is leaner
-                    for rung in _held(job, zbase, rungs):
-                        lay, peak = rung.on(zbase), peaks.of(rung)
-                        if peak < best[0]:
-                            best = (peak, lay)
-                            if peak <= enough:
-                                return best
+    micro-batch, every vpp and split (interleaving offers splits vpp 1 does not: Llama 3.1 8B on
+    8 H100, 10 sequences of 4096, tp at most 2 and cp 1: tp 2 pp 4 vpp 2 with 6, 10, 10 and 6
+    layers a rank needs 21.2 GiB, vpp 1's leanest 21.6), held to the host's budget as the
+    search holds them (`_held`: QA, a layout whose checkpoint staging alone is over it). The
+    shapes without interleaving are walked first: few, they find a lean layout early, and an
+    interleaved one is taken only where it is leaner (`_Peaks.below` passes most of them on
+    their states alone). With `enough` (whether any layout fits is all some callers ask): the
+    first at or below it, as soon as found, or (inf, None) where none is; a base none of whose
+    rungs is at or below it is passed on its peaks alone, as it is under the least found.
+    `fixed` False: the host's budget asked of offloaded activations alone, not whether the
+    offloaded optimizer and the checkpoint staging fit it (what `suggest` names where the host
+    refuses every layout that fits the GPUs)."""
+    lean = replace(space, recompute=_lean_kinds(space), mbs=Bound(space.mbs.lo, space.mbs.lo))
+    best: tuple[float, Layout | None] = (math.inf, None)
+    # a rung is taken where it is under `limit`: the least so far, or (with `enough`) just above
+    limit = math.inf if enough is None else math.nextafter(enough, math.inf)
+    structures = space_mod.each_structure(job, lean, Counter())
+    shapes = [(s, space_mod.options(job, lean, s)) for s in structures]
+    for interleaved in (False, True):
+        for s, opts in shapes:
+            for mbs, vpp, split in opts:
+                if (vpp > 1) != interleaved:
+                    continue
+                for base in space_mod.bases(job, s, mbs, vpp, split, lean):
+                    rungs = leanest(base.single, base.ladders) or list(base.single)
+                    for zero in space_mod.zero_stages(job, space, base.layout):
+                        zbase = base.layout.with_(zero_stage=zero)
+                        peaks = _Peaks(job, zbase, space.headroom_pct)
+                        if not peaks.below(rungs, limit):
+                            continue  # no rung the host's budget holds is leaner
+                        for rung in _held(job, zbase, rungs, fixed):
+                            peak = peaks.of(rung)
+                            if peak < limit:
+                                best = (peak, rung.on(zbase))
+                                if enough is not None:
+                                    return best
+                                limit = peak
     return best
 
 
@@ -93,10 +109,18 @@ def _uncovered(rungs: list[Rung]) -> list[Rung]:
     return [r for r in rungs if not any(covers(lean, r) for lean in rungs)]
 
 
-def _held(job: Job, zbase: Layout, rungs: list[Rung]) -> list[Rung]:
+def _held(job: Job, zbase: Layout, rungs: list[Rung], fixed: bool = True) -> list[Rung]:
     """Of the rungs, as the host's budget holds them (`_host_held`), those no other covers
-    (`_uncovered`); the covered are held only where a rung covering them is over the budget."""
+    (`_uncovered`); the covered are held only where a rung covering them is over the budget.
+    None where the offloaded optimizer and the checkpoint staging alone are over the host's
+    share (its budget below 0: `variants.best_variants` rejects the ZeRO stage), asked of the
+    budget's cheap upper bound first (`activation_budget`'s "floor", no walk of the pinned
+    pieces); `fixed` False: not asked (the leanest of what the host refuses, `min_peak`)."""
+    if fixed and host_memory.activation_budget(job, zbase, "floor") < 0.0:
+        return []
     budget = Budget(job, zbase)
+    if fixed and budget.below(0.0):
+        return []
     kept = _uncovered(rungs)
     held = [h for r in kept if (h := _host_held(job, zbase, r, budget)) is not None]
     if len(held) == len(kept):
@@ -107,8 +131,8 @@ def _held(job: Job, zbase: Layout, rungs: list[Rung]) -> list[Rung]:
 def _host_held(job: Job, zbase: Layout, rung: Rung, budget: Budget) -> Rung | None:
     """The rung as the search takes it under the host's budget for offloaded activations
     (`host_memory.activation_budget`, as `variants` holds each rung to it): one that offloads
-    nothing as it is (where the offloaded optimizer alone is over the budget, `_host_bound` says
-    so); fine-grained offloading only where its bytes fit; CPU offloading of whole layers at the
+    nothing as it is (`_held` asks whether the budget is below 0); fine-grained offloading only
+    where its bytes fit; CPU offloading of whole layers at the
     most layers whose bytes fit (the GPU's memory falls and the host's grows with them; the
     search's ladder goes as far: Llama 3.1 8B at 524,288 tokens on 8 H100 offloads 31 layers in
     81.5 GiB but pins 279.2 GiB of a 224.0 GiB host share), None where none does."""

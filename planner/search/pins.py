@@ -20,6 +20,7 @@ empties the layouts within the bounds; each step says why no layout passes it.""
 from __future__ import annotations
 
 from collections import Counter
+from dataclasses import replace
 
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
@@ -76,11 +77,30 @@ def _nonempty(job: Job, space: Space) -> bool:
     (`space.options`). Every layout the search scores is one of these with a recompute rung
     (`top_k.search`, after `top_k.job_zero_stages` keeps fewer stages, and each of torchtitan's
     setting variants, `titan_variants`, over a narrower space): where there is none, the search
-    finds nothing."""
-    for s in space_mod.each_structure(job, space, Counter()):
-        if space_mod.zero_stages(space, s.layout()) and space_mod.options(job, space, s):
-            return True
+    finds nothing. torchtitan's under each dp_replicate its search tries (`_replicas`)."""
+    for rjob, rspace in _replicas(job, space):
+        for s in space_mod.each_structure(rjob, rspace, Counter()):
+            lay = s.layout()
+            if space_mod.zero_stages(rjob, rspace, lay) and space_mod.options(rjob, rspace, s):
+                return True
     return False
+
+
+def _replicas(job: Job, space: Space) -> list[tuple[Job, Space]]:
+    """The job and the space it is searched over: for torchtitan one of each per dp_replicate r
+    the search tries (`titan_variants.variants`, over dp at least r: `Variant.space`), as the
+    ZeRO stage a layout runs reads r (`space.zero_stages`: its shard group dp / r x cp)."""
+    if job.framework != "torchtitan":
+        return [(job, space)]
+    from planner.search import titan_variants  # torchtitan's alone (as `suggest.search_rows`)
+
+    out = []
+    for r in dict.fromkeys(v.replicate for v in titan_variants.variants(job)):
+        rspace = titan_variants.Variant(replicate=r).space(space)
+        if rspace is not None:
+            titan = job.titan.model_copy(update={"dp_replicate": r})
+            out.append((replace(job, torchtitan=titan), rspace))
+    return out
 
 
 def _values(xs: list[int] | set[int]) -> str:
@@ -148,17 +168,31 @@ def _why(job: Job, space: Space) -> tuple[str, bool]:
     tuples = within
     # 3. The ZeRO stages the search tries on the degrees (`space.zero_stages`, which depends on
     # nothing else): Megatron-FSDP (2, 3) only at pp 1 and cp 1 (`--zero 2 --pp 2`, `--zero 3
-    # --cp 2`: every structure is FSDP_UNSEARCHED); torchtitan's FSDP2 (3) wherever dp x cp > 1
-    # and replication (0) where it is 1 (`rules.torchtitan.sharding`), whatever pp is.
-    staged = [t for t in tuples if space_mod.zero_stages(space, _layout(t))]
+    # --cp 2`: every structure is FSDP_UNSEARCHED); torchtitan's FSDP2 (3) wherever its shard
+    # group dp / dp_replicate x cp > 1 and replication (0) where it is 1
+    # (`rules.torchtitan.sharding`), whatever pp is, under each dp_replicate searched.
+    replicas = _replicas(job, space)
+    staged = [
+        t
+        for t in tuples
+        if any(
+            rs.dp.admits(t[3]) and space_mod.zero_stages(rj, rs, _layout(t)) for rj, rs in replicas
+        )
+    ]
     if not staged:
         zero = ",".join(map(str, space.zero_stages))
         if space.framework == "torchtitan":
-            sizes = _values({t[1] * t[3] for t in tuples})
+            pairs = [
+                (r, t[3] // r * t[1])
+                for t in tuples
+                for rj, rs in replicas
+                if rs.dp.admits(t[3]) and t[3] % (r := rj.titan.dp_replicate) == 0
+            ]
             return (
                 f"--zero {zero} with {degree_flags}: torchtitan shards with FSDP2 (ZeRO 3) "
-                f"where dp x cp > 1 and replicates (ZeRO 0) where it is 1; the bounds leave "
-                f"dp x cp {sizes}",
+                f"where its shard group dp / dp_replicate x cp > 1 and replicates (ZeRO 0) "
+                f"where it is 1; the bounds leave shard groups {_values({g for _, g in pairs})} "
+                f"(dp_replicate {_values({r for r, _ in pairs})})",
                 False,
             )
         pp_cp = _values({t[1] * t[2] for t in tuples})
@@ -183,7 +217,7 @@ def _why(job: Job, space: Space) -> tuple[str, bool]:
     structs = [
         s
         for s in space_mod.structures(job, space, Counter())
-        if space_mod.zero_stages(space, s.layout())
+        if space_mod.zero_stages(job, space, s.layout())
     ]
     if not structs:
         return _broken_structures(job, space, tuples, eps)

@@ -134,7 +134,7 @@ def _structure_rule(job: Job, space: Space, s: Structure) -> str | None:
         return "pp exceeds num_layers"
     lay = s.layout()
     megatron = space.framework != "torchtitan"  # torchtitan's stage follows its degrees
-    if megatron and space.zero_stages and not zero_stages(space, lay):
+    if megatron and space.zero_stages and not zero_stages(job, space, lay):
         return FSDP_UNSEARCHED
     for rule in rules.STRUCTURAL_RULES:
         v = rule(job, lay)
@@ -195,18 +195,18 @@ def group_of(job: Job, pp: int, dp: int, vpp: int, mbs: int) -> int | None:
     return None if g == pp else g
 
 
-def zero_stages(space: Space, base: Layout) -> list[int]:
+def zero_stages(job: Job, space: Space, base: Layout) -> list[int]:
     """The ZeRO stages tried on a base, in order: zero 0 only when 1 is not allowed (ZeRO 1 moves
     the same bytes and shards the optimizer step: never slower, never bigger); Megatron-FSDP
     (2, 3) not with pipeline or context parallelism, which Megatron-LM's own tests never run and
     NVIDIA's recipes avoid (Megatron-Bridge's Llama 3 70B FSDP recipe sets pp 1 where its
     docstring says pp 8: benchmarks/data/bridge_recipes.md, row L54). Megatron-LM itself allows
     it (d98e8a64 validate_args asserts nothing of the pair), and `check` takes such a plan with
-    a warning; a structure the rule leaves empty is rejected as FSDP_UNSEARCHED."""
+    a warning; a structure the rule leaves empty is rejected as FSDP_UNSEARCHED. torchtitan's
+    stage is its shard group's (`rules.torchtitan.sharding`: dp / dp_replicate x cp)."""
     zeros = sorted(space.zero_stages)
-    if space.framework == "torchtitan":
-        # FSDP2 over dp_shard x cp wherever that is more than one rank, else replicated
-        return [z for z in zeros if z == (3 if base.dense_dp > 1 else 0)]
+    if space.framework == "torchtitan":  # FSDP2 over a shard group of 2 or more, else replicated
+        return [z for z in zeros if z == (3 if rules.shard_degree(job, base) > 1 else 0)]
     if 1 in zeros and 0 in zeros:
         zeros.remove(0)
     if base.pp > 1 or base.cp > 1:

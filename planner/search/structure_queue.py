@@ -191,7 +191,7 @@ def layouts_in(
             alike[key] = counts
     rungs = shape_counts.total(made, counts)
     # the ZeRO stages read the structure's degrees alone: its layout's are every base's
-    return rungs * len(zero_stages(space, s.layout())) if rungs else 0
+    return rungs * len(zero_stages(job, space, s.layout())) if rungs else 0
 
 
 @dataclass(frozen=True)

@@ -222,19 +222,27 @@ def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasib
         top += "".join(f"; {v.field}: {v.message}" for v in rules.job_violations(job))
         return Infeasible(f"no layout passes the rules: {top}", changes)
     cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
-    peak, lay = min_peak(job, space)
+    peak, lay = min_peak(job, space)  # of the layouts the host's share holds
+    host_too = False  # the leanest is one the host's share refuses too
+    if lay is None or (peak > cap and result.rejected.get("host memory")):
+        held = min_peak(job, space, fixed=False)  # its fixed pinned bytes aside
+        if held[1] is not None and (lay is None or held[0] <= cap):
+            (peak, lay), host_too = held, True
     gib = 2**30
     found: list[str | None] = []
-    if lay is None:  # no leanest variant to size (its structures have none at vpp 1)
+    if lay is None:  # no leanest variant to size
         binding = f"memory: no layout fits in the {cap / gib:.1f} GiB available per GPU"
-    elif peak <= cap and result.rejected.get("host memory"):
+    elif peak <= cap and (host_too or result.rejected.get("host memory")):
         return _host_bound(job, space, lay, peak, cap)
     else:
         binding = (
             f"memory: the leanest layout ({lay.describe()}) needs "
             f"{peak / gib:.1f} GiB per GPU, {cap / gib:.1f} GiB available"
         )
-        found.append(_more_memory(job, space, peak, cap))
+        if host_too:  # more GPU memory alone fits nothing
+            binding += ", and pins more host memory than a GPU's share holds"
+        else:
+            found.append(_more_memory(job, space, peak, cap))
     found += [_more_gpus(job, space, cap), _shorter(job, space, cap)]
     return Infeasible(binding, [c for c in found if c is not None])
 

@@ -175,7 +175,7 @@ def every_candidates(
         most: dict[int, tuple[int, dict[int, memory.MemoryReport | None]]] = {}
         for mbs in reversed(ascending):
             for j, base in enumerate(of(mbs, vpp, split)):
-                zeros = space_mod.zero_stages(space, base.layout)
+                zeros = space_mod.zero_stages(job, space, base.layout)
                 if j in done or not zeros:
                     continue
                 lay = base.layout.with_(zero_stage=zeros[0])
@@ -192,7 +192,7 @@ def every_candidates(
                     continue  # recompute is never faster: no every-N layout of it makes the cut
                 if j not in most:
                     upto = [m for m in ascending if m <= mbs]
-                    at = [_first_zero(space, of(m, vpp, split)[j].layout) for m in upto]
+                    at = [_first_zero(job, space, of(m, vpp, split)[j].layout) for m in upto]
                     most[j] = _most_fit(job, space, at)
                 largest, reports = most[j]
                 if mbs > largest:
@@ -205,8 +205,8 @@ def every_candidates(
                     yield lay, got
 
 
-def _first_zero(space: Space, lay: Layout) -> Layout:
-    return lay.with_(zero_stage=space_mod.zero_stages(space, lay)[0])
+def _first_zero(job: Job, space: Space, lay: Layout) -> Layout:
+    return lay.with_(zero_stage=space_mod.zero_stages(job, space, lay)[0])
 
 
 def _most_fit(

@@ -18,14 +18,16 @@ rankings are merged by the objective. The merged top K is exact over every (layo
   search queued (`SearchResult.queued`) is kept for the every-N pass.
 
 Which variants: reshard_after_forward "default", "never" and "always", the last two only without
-pipelining; dp_replicate r = 1 (plain FSDP) and every r > 1 dividing the GPU count that leaves an
-FSDP shard group (dp / r x cp > 1: torchtitan runs DDP, shard group 1, only without other
-parallelism, `rules.torchtitan.sharding`, and the search puts FSDP2 wherever dp x cp > 1); a
-layout whose dp r does not divide is left to that rule. Settings the job's `[torchtitan]` table
-gives are kept as given. torchtitan's selective_layer_every (every N-th layer recomputed whole,
-the model's block recompute), which the certified search does not score for torchtitan
-(`space.bases` keeps none, full and per-op selective), is added after the merge by
-`planner.search.titan_every`, exactly too.
+pipelining; dp_replicate r = 1 (plain FSDP) and every r > 1 dividing the GPU count, each layout
+at the ZeRO stage of its shard group dp / r x cp (`space.zero_stages`, as
+`rules.torchtitan.sharding` says: FSDP2 over two ranks or more, replicated, ZeRO 0, over one,
+beside any TP and PP: b5bcd76c models/llama3/parallelize.py:57-77 applies FSDP2 over a shard
+degree of 1 too; r = the GPU count, alone, is e347b1e5's DDP, models/llama3/infra/
+parallelize.py:148-156); a layout whose dp r does not divide is left to that rule. Settings the
+job's `[torchtitan]` table gives are kept as given. torchtitan's selective_layer_every (every
+N-th layer recomputed whole, the model's block recompute), which the certified search does not
+score for torchtitan (`space.bases` keeps none, full and per-op selective), is added after the
+merge by `planner.search.titan_every`, exactly too.
 """
 
 from __future__ import annotations
@@ -147,8 +149,8 @@ def variants(job: Job) -> list[Variant]:
     n = job.cluster.num_gpus
     reps = [titan.dp_replicate]
     if "dp_replicate" not in given(job):
-        # r x a shard group of at least 2 ranks within the GPUs
-        reps += [r for r in space_mod.divisors(n) if 1 < r <= n // 2 and r != titan.dp_replicate]
+        # every r torchtitan takes: shard groups of one too (`rules.torchtitan.sharding`)
+        reps += [r for r in space_mod.divisors(n) if r > 1 and r != titan.dp_replicate]
     return [Variant(s, r) for r in reps for s in reshards]
 
 

@@ -301,7 +301,7 @@ def _search(
             if i not in ordered:
                 bounds = {k: min(f.lower_bound() for f in fs) for k, fs in tops.items()}
                 kept = sorted((o for o in opts if o[1:] in tops), key=lambda o: bounds[o[1:]])
-                ordered[i] = bounds, kept, zero_stages(space, s.layout())
+                ordered[i] = bounds, kept, zero_stages(job, space, s.layout())
             shape_bound, kept, zeros = ordered[i]
             for mbs, vpp, split in _pass(kept, surveying, survey):
                 if cut is not None and shape_bound[vpp, split] > cut:

@@ -104,7 +104,7 @@ def best_variants(
         return True
 
     split = base.split_key()  # the same for every ZeRO stage
-    for z in zero_stages(space, base) if zeros is None else zeros:
+    for z in zero_stages(job, space, base) if zeros is None else zeros:
         key = (split, z)
         if _too_big(job, base, key, capacity, too_big):
             rejected["memory"] += 1
@@ -303,7 +303,7 @@ def states_fit(
     `best_variants`'s key, which then need not estimate it again."""
     fit = False
     split = base.split_key()
-    for z in zero_stages(space, base):
+    for z in zero_stages(job, space, base):
         fit |= not _too_big(job, base, (split, z), capacity, too_big)
     return fit
 

@@ -100,16 +100,19 @@ TITAN_REFUSED: list[tuple[list[str], Space, str]] = [
     (["--pp", "2", "--vpp", "17"], Space(pp=Bound(2, 2), vpp=Bound(17, 17)), "vpp at most 16"),
     (["--tp", "16"], Space(tp=Bound(16, 16)), "--tp 16: beyond the scale-up domain"),
     (["--cp", "16", "--seq-length", "100"], Space(cp=Bound(16, 16)), "(2 x 16 = 32)"),
-    # rules.torchtitan.sharding: FSDP2 (ZeRO 3) where dp x cp > 1, replication (ZeRO 0) at 1
+    # rules.torchtitan.sharding: FSDP2 (ZeRO 3) where the shard group dp / dp_replicate x cp
+    # > 1, replication (ZeRO 0) at 1; dp 1 leaves dp_replicate 1 alone (dp = r x the shard)
     (
         ["--zero", "3", "--dp", "1", "--cp", "1"],
         Space(dp=Bound(1, 1), cp=Bound(1, 1), zero_stages=(3,)),
-        "--zero 3 with --cp 1 --dp 1: torchtitan shards with FSDP2 (ZeRO 3) where dp x cp > 1",
+        "--zero 3 with --cp 1 --dp 1: torchtitan shards with FSDP2 (ZeRO 3) where its shard "
+        "group dp / dp_replicate x cp > 1",
     ),
+    # dp 2 at cp 2: shard groups 2 / 1 x 2 = 4 and 2 / 2 x 2 = 2, never 1
     (
-        ["--zero", "0", "--dp", "2"],
-        Space(dp=Bound(2, 2), zero_stages=(0,)),
-        "the bounds leave dp x cp 2, 4",
+        ["--zero", "0", "--dp", "2", "--cp", "2"],
+        Space(dp=Bound(2, 2), cp=Bound(2, 2), zero_stages=(0,)),
+        "the bounds leave shard groups 2, 4 (dp_replicate 1, 2)",
     ),
 ]
 
@@ -135,6 +138,8 @@ def test_torchtitan_bounds_no_layout_satisfies_exit_2(
         # torchtitan runs FSDP2 beside pipelines (rules.torchtitan.sharding reads dp x cp only)
         (["--framework", "torchtitan", "--zero", "3", "--pp", "2"], "pp", 2),
         (["--framework", "torchtitan", "--zero", "3", "--cp", "2"], "cp", 2),
+        # and replicates over a shard group of one beside them: dp 2 at dp_replicate 2
+        (["--framework", "torchtitan", "--zero", "0", "--dp", "2"], "dp", 2),
     ],
 )
 def test_bounds_some_layout_satisfies_still_search(

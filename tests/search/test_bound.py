@@ -72,7 +72,7 @@ def test_bound_below_every_rung_and_zero_stage(name: str) -> None:
     checked = 0
     for lay in _some_bases(name, 25):
         bound = bounds.base_bound(job, lay)
-        for z in space_mod.zero_stages(space, lay):
+        for z in space_mod.zero_stages(job, space, lay):
             for rung in rungs.every(job, lay, space.recompute, space.offload)[::2]:
                 exact = cost.estimate(job, rung.on(lay.with_(zero_stage=z))).step_time_s
                 assert bound <= exact * (1 + 1e-12), (rung, lay.describe(), bound, exact)
@@ -103,7 +103,7 @@ def test_structures_whose_states_never_fit_are_not_queued() -> None:
         dropped += 1
         for mbs, vpp, split in opts:
             for b in space_mod.bases(job, s, mbs, vpp, split, space):
-                for z in space_mod.zero_stages(space, b.layout):
+                for z in space_mod.zero_stages(job, space, b.layout):
                     lean = b.layout.with_(zero_stage=z, recompute="full")
                     assert not memory.estimate(job, lean, space.headroom_pct).fits
     assert dropped > 0

@@ -4,10 +4,11 @@ found so far, and finds what the plain walk over every base finds.
 
 Oracle: a brute force written out here, the walk `min_peak` made before it skipped anything:
 every structure, option and base of the lean space (`space.bases` at the smallest micro-batch,
-vpp 1), each ZeRO stage `space.zero_stages` tries, the leanest rungs (`rungs.leanest`) held to
-the exact `host_memory.activation_budget` as the search holds them (the rungs no other covers;
-whole layers offloaded bisected down to the most whose bytes fit), each estimated; the first
-least peak kept. Its count of exact budgets is the other oracle: one a base and ZeRO stage."""
+every vpp and split), each ZeRO stage `space.zero_stages` tries, the leanest rungs
+(`rungs.leanest`) held to the exact `host_memory.activation_budget` as the search holds them
+(none where the budget is below 0; the rungs no other covers; whole layers offloaded bisected
+down to the most whose bytes fit), each estimated; the least peak kept. Its count of exact
+budgets is the other oracle: one a base and ZeRO stage."""
 
 from __future__ import annotations
 
@@ -47,17 +48,19 @@ def brute_min_peak(job_: Job, space: Space) -> tuple[float, Layout | None, int]:
     """(least peak, its layout, exact budgets asked) over every base of the lean space."""
     last = space.recompute[-1]
     kinds = tuple(k for k in space.recompute if k == last or (k == "none" and space.offload))
-    lean = replace(space, recompute=kinds, mbs=Bound(space.mbs.lo, space.mbs.lo), vpp=Bound(1, 1))
+    lean = replace(space, recompute=kinds, mbs=Bound(space.mbs.lo, space.mbs.lo))
     best: tuple[float, Layout | None] = (float("inf"), None)
     asked = 0
     for s in space_mod.each_structure(job_, lean, Counter()):
         for mbs, vpp, split in space_mod.options(job_, lean, s):
             for base in space_mod.bases(job_, s, mbs, vpp, split, lean):
                 rungs = leanest(base.single, base.ladders) or list(base.single)
-                for zero in space_mod.zero_stages(space, base.layout):
+                for zero in space_mod.zero_stages(job_, space, base.layout):
                     zbase = base.layout.with_(zero_stage=zero)
                     budget = host_memory.activation_budget(job_, zbase)
                     asked += 1
+                    if budget < 0:  # the offloaded optimizer and the staging alone are over
+                        continue
                     kept = _uncovered(rungs)
                     held = [h for r in kept if (h := _held(job_, zbase, r, budget))]
                     if len(held) != len(kept):

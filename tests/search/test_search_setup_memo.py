@@ -55,7 +55,7 @@ def _count(job: Job, space: Space, s: Structure) -> int:
     for mbs, vpp, split in space_mod.options(job, space, s):
         for b in space_mod.bases(job, s, mbs, vpp, split, space):
             per_zero = len(b.single) + sum(ld.hi - ld.lo + 1 for ld in b.ladders)
-            total += len(space_mod.zero_stages(space, b.layout)) * per_zero
+            total += len(space_mod.zero_stages(job, space, b.layout)) * per_zero
     return total
 
 
@@ -129,7 +129,7 @@ def test_hot_stage_decides_as_the_estimate(name: str, monkeypatch: pytest.Monkey
     asked = misfits = 0
     for base in bases:
         single = rungs.rung_tuples(job, base, space.recompute, space.offload)[0]
-        for z in space_mod.zero_stages(space, base):
+        for z in space_mod.zero_stages(job, space, base):
             zbase = base.with_(zero_stage=z)
             stage = StageRungs(job, zbase, space.headroom_pct, ("test",), {}, Counter())
             for r in rungs.leaner_first(single):
@@ -184,7 +184,7 @@ def test_hot_stage_is_not_computed_again(name: str, monkeypatch: pytest.MonkeyPa
     fitted = 0
     for base in bases:
         single = rungs.rung_tuples(job, base, space.recompute, space.offload)[0]
-        for z in space_mod.zero_stages(space, base):
+        for z in space_mod.zero_stages(job, space, base):
             zbase = base.with_(zero_stage=z)
             stage = StageRungs(job, zbase, space.headroom_pct, ("test",), {}, Counter())
             for r in rungs.leaner_first(single):

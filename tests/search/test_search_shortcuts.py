@@ -50,7 +50,7 @@ def test_ep_overlap_holds_no_less_than_its_twin_with_every_rung(name: str) -> No
     for lay in sample_layouts(name, 30):
         if lay.ep == 1 or lay.ep_comm_overlap:
             continue
-        for z in space_mod.zero_stages(space, lay):
+        for z in space_mod.zero_stages(job, space, lay):
             for rung in rungs.every(job, lay, space.recompute, space.offload)[::2]:
                 plain = rung.on(lay.with_(zero_stage=z))
                 _no_less(name, plain.with_(ep_comm_overlap=True), plain)
@@ -65,7 +65,7 @@ def test_tp_overlap_holds_no_less_than_without_it_with_every_rung(name: str) -> 
     for lay in sample_layouts(name, 30):
         if not lay.tp_comm_overlap:
             continue
-        for z in space_mod.zero_stages(space, lay):
+        for z in space_mod.zero_stages(job, space, lay):
             for rung in rungs.every(job, lay, space.recompute, space.offload):
                 if not rung.tp_overlap:
                     continue

@@ -56,7 +56,7 @@ def _count(job: Job, space: Space, s: Structure) -> int:
     for mbs, vpp, split in space_mod.options(job, space, s):
         for b in space_mod.bases(job, s, mbs, vpp, split, space):
             per_zero = len(b.single) + sum(ld.hi - ld.lo + 1 for ld in b.ladders)
-            total += len(space_mod.zero_stages(space, b.layout)) * per_zero
+            total += len(space_mod.zero_stages(job, space, b.layout)) * per_zero
     return total
 
 

@@ -58,7 +58,7 @@ def _cases(name: str, count: int) -> tuple[Job, Space, list[Layout]]:
 def _variants(job: Job, space: Space, base: Layout, step: int) -> list[Layout]:
     return [
         rung.on(base.with_(zero_stage=z))
-        for z in space_mod.zero_stages(space, base)
+        for z in space_mod.zero_stages(job, space, base)
         for rung in rungs.every(job, base, space.recompute, space.offload)[::step]
     ]
 
@@ -119,7 +119,7 @@ def test_fastest_is_the_plain_minimum(name: str) -> None:
     job, space, bases = _cases(name, 8)
     picked = 0
     for base in bases:
-        for z in space_mod.zero_stages(space, base):
+        for z in space_mod.zero_stages(job, space, base):
             zbase = base.with_(zero_stage=z)
             every = rungs.every(job, base, space.recompute, space.offload)
             fitting = [

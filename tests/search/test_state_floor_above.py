@@ -19,7 +19,7 @@ def test_over_exactly_where_the_whole_maximum_is(name: str) -> None:
     for s in space_mod.structures(job, space, Counter()):
         for mbs, vpp, split in space_mod.options(job, space, s)[::2]:
             for b in space_mod.bases(job, s, mbs, vpp, split, space)[:1]:
-                for z in space_mod.zero_stages(space, b.layout):
+                for z in space_mod.zero_stages(job, space, b.layout):
                     lay = b.layout.with_(zero_stage=z)
                     whole = memory.state_floor(job, lay)
                     # capacities below, at and above the whole maximum, and the job's own

@@ -82,3 +82,24 @@ def test_the_checkpoint_staging_binds(tmp_path: Path, capsys: pytest.CaptureFixt
     )
     path.write_text(ASYNC.format(host=300, fraction=0.0, async_save="false"))
     assert run(["suggest", str(path), "--json"], capsys)[0] == 0
+
+
+SMALL_GPUS = JOB.replace("num_gpus = 8\n", "num_gpus = 8\nmemory_gib = 3\n")
+
+
+def test_gpu_and_host_memory_both_bind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """On GPUs of 3 GiB (2.91 usable) the same job fits neither: every GPU keeps at least an
+    eighth of the parameters' bf16 weights and fp32 gradients, 6 B x 8.03e9 / 8 = 5.6 GiB
+    (by hand), and every layout is over the host share whatever the GPU memory (above). The
+    leanest layout named is one the host refuses, and said to be; GPU memory alone is not
+    offered, as no GPU size fits a layout the host holds (`test_host_memory_binds`: none at
+    80 GiB)."""
+    path = tmp_path / "job.toml"
+    path.write_text(SMALL_GPUS.format(host=300, fraction=1.0))
+    code, out, _ = run(["suggest", str(path), "--json"], capsys)
+    doc = json.loads(out)
+    assert code == 1 and doc["binding"].startswith("memory: the leanest layout")
+    needs = float(doc["binding"].split(" needs ")[1].split(" GiB")[0])
+    assert needs >= 5.6
+    assert doc["binding"].endswith("and pins more host memory than a GPU's share holds")
+    assert not any(c.startswith("GPUs with at least") for c in doc["changes"])

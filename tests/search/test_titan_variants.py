@@ -21,6 +21,7 @@ import pytest
 from brute_force import make_job
 from brute_force_space import _factorizations, _user_ok
 
+from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import stand_in
@@ -55,6 +56,14 @@ def titan_job(*args: object, **cluster: object) -> Job:
     )
 
 
+def cut_model(job: Job, name: str, **fields: object) -> Job:
+    """The job with its model cut to a smaller shape under another name (no torchtitan flavor:
+    `rules.torchtitan.experts` refuses expert parallelism there, so `_bases`' ep 1 is the whole
+    space)."""
+    arch = ModelArch.model_validate({**job.arch.model_dump(), "name": name, **fields})
+    return replace(job, arch=arch)
+
+
 PROBLEMS: dict[str, tuple[Job, Space]] = {
     # 35 GiB: reshard "never" and "always" and every-N recompute pay off where they fit
     "llama8b-8xh100-35gib": (
@@ -77,6 +86,39 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
             cp=Bound(1, 1),
             vpp=Bound(1, 1),
             mbs=Bound(1, 2),
+        ),
+    ),
+    # QA: HSDP's replicas over a shard group of one (dp_replicate = dp, ZeRO 0) beside TP: r 4
+    # at tp 2 dp 4 ranks 6th (0.1755 s); the search built it at ZeRO 3, which the rule refuses
+    "qwen3-l8e16-8xh100-40gib": (
+        cut_model(
+            titan_job("qwen3-30b-a3b", "h100-sxm-80gb", 8, 4096, 16, memory_gib=40),
+            "qwen3-l8e16",
+            num_layers=8,
+            num_moe_experts=16,
+        ),
+        Space(
+            framework="torchtitan", cp=Bound(1, 1), vpp=Bound(1, 2), mbs=Bound(1, 2), tp=Bound(1, 2)
+        ),
+    ),
+    # QA: the same beside pipelining, 6 layers of DeepSeek-V2-Lite's shape (r 4 at pp 2 dp 4
+    # vpp 2 ranks 5th)
+    "dsv2-l6e16-8xh100-30gib": (
+        cut_model(
+            titan_job("deepseek-v2-lite", "h100-sxm-80gb", 8, 4096, 16, memory_gib=30),
+            "dsv2-l6e16",
+            num_layers=6,
+            num_moe_experts=16,
+            moe_layer_freq=[0, 1, 1, 1, 1, 1],
+        ),
+        Space(framework="torchtitan", cp=Bound(1, 1), vpp=Bound(1, 2), mbs=Bound(1, 2)),
+    ),
+    # a 1.7B model replicated whole over the 8 GPUs (dp_replicate 8, shard group 1, no other
+    # parallelism: e347b1e5 models/llama3/infra/parallelize.py:148-156 runs DDP) ranks 5th
+    "gpt1.7b-8xh100": (
+        titan_job("gpt-mcore-1.7b", "h100-sxm-80gb", 8, 4096, 64),
+        Space(
+            framework="torchtitan", cp=Bound(1, 1), pp=Bound(1, 2), vpp=Bound(1, 2), mbs=Bound(1, 4)
         ),
     ),
 }
@@ -245,20 +287,28 @@ def test_merged_search_equals_brute_force(name: str) -> None:
 
 def test_problems_exercise_the_settings() -> None:
     """Somewhere the top K holds "never", "always", HSDP and every-N recompute (so a wrong merge
-    would show), and the excluded variants never make it: "never" / "always" under PP (the model
-    makes "never" the default there and "always" only slower) and DDP's shard group of one."""
+    would show), and replicas over a shard group of one (dp_replicate = dp at cp 1, ZeRO 0)
+    beside TP, beside PP and alone (torchtitan's DDP); and the excluded variants never
+    make it: "never" / "always" under PP (the model makes "never" the default there and
+    "always" only slower)."""
     seen = []
+    shard_one: set[str] = set()
     for name, (job, _) in PROBLEMS.items():
         searched = [v.settings(job.titan) for v in tv.variants(job)]
         for _, row, titan in reference(name):
             seen.append(titan)
             plain = titan.model_copy(update={"selective_layer_every": None})
             assert plain in searched
-            assert row.candidate.layout.pp == 1 or titan.reshard_after_forward == "default"
+            lay = row.candidate.layout
+            assert lay.pp == 1 or titan.reshard_after_forward == "default"
+            if titan.dp_replicate > 1 and lay.dp // titan.dp_replicate * lay.cp == 1:
+                assert lay.zero_stage == 0  # rules.torchtitan.sharding
+                shard_one.add("tp" if lay.tp > 1 else "pp" if lay.pp > 1 else "alone")
     assert any(t.reshard_after_forward == "never" for t in seen)
     assert any(t.reshard_after_forward == "always" for t in seen)
     assert any(t.dp_replicate > 1 for t in seen)
     assert any(t.selective_layer_every is not None for t in seen)
+    assert shard_one == {"tp", "pp", "alone"}
 
 
 def test_variants_share_the_layer_times_bit_for_bit() -> None:

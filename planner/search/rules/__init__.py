@@ -73,7 +73,7 @@ from planner.search.rules.rank_order import tp_pp_dp_order
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
-from planner.search.rules.torchtitan import deepep_spread
+from planner.search.rules.torchtitan import deepep_spread, shard_degree
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 from planner.search.rules.torchtitan_era import head_era
 from planner.search.rules.torchtitan_mtp import mtp as torchtitan_mtp
@@ -93,6 +93,7 @@ __all__ = [
     "head_era",
     "job_violations",
     "recompute_allows_overlap",
+    "shard_degree",
     "tp_overlap_runs",
     "violations",
     "warnings",
