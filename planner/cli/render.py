@@ -132,7 +132,7 @@ def print_check(
         )
         if line is not None:
             console.print(line, markup=True, highlight=False)
-        _print_changes(console, changes)
+        print_changes(console, changes, host_fits)
         return
     on = f"stage {rep.worst.stage}"
     if rep.worst.pool:  # the binding stage, its pool and GPU
@@ -143,13 +143,14 @@ def print_check(
     )
     if line is not None:
         console.print(line, markup=True, highlight=False)
-    _print_changes(console, changes)
+    print_changes(console, changes, False)
 
 
-def _print_changes(console: Console, changes: list[Change]) -> None:
+def print_changes(console: Console, changes: list[Change], fits: bool) -> None:
     """The changes that make the layout fit, cheapest first (GPU memory's single changes from
     `advice.memory_changes`; host memory's from `host_advice.host_changes`, which may pair one
-    with offloading less); else the largest saving."""
+    with offloading less); else the largest saving; where the layout does not fit (`fits`
+    False) and no change is found, that no single change makes it fit."""
     fitting = [c for c in changes if c.fits]
     if fitting:  # host memory's may pair offloading less with a GPU change (`Change.also`)
         kind = "Changes" if any(c.memory == "host" for c in fitting) else "Single changes"
@@ -162,6 +163,8 @@ def _print_changes(console: Console, changes: list[Change]) -> None:
             f"No single change makes it fit; the largest saving is {best.describe()} "
             f"({_saving(best)})."
         )
+    elif not fits:
+        console.print("No single change makes it fit.")
 
 
 def _saving(c: Change) -> str:

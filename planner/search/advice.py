@@ -1,19 +1,21 @@
 """Single changes to a layout that save memory, with the bytes each saves.
 
 `planner check` lists the ones that make a layout fit, cheapest first. Each candidate changes one
-knob (ZeRO stage, recompute, sequence parallelism, micro-batch size, tp, pp, cp, vpp, ep, expert
-tp, whole layers offloaded to the CPU, the modules whose saved inputs go to the host (the sets the
-search tries, `rungs.OFFLOAD_SETS`); and for DeepSeek sparse attention on Megatron's dense path,
-its sparse kernels) and must still pass `planner.search.rules`; the total GPU count and the global
-batch stay as they are, so more tp, cp or pp takes its factor from dp, and the change says so
-(`tp 8 -> 16 (+ dp 4 -> 2)`). Every value of a knob that can help is tried (each higher ZeRO
-stage, each smaller micro-batch, each other vpp, each tp, cp, pp the data-parallel ranks leave
-room for, each larger ep, each other expert tp, the fewest offloaded layers that fit), and the
-cheapest of each knob
-is kept: the one that fits at the shortest step where some fits, else the one that saves most.
-A change makes the layout fit only where what it offloads fits in host memory too
-(`planner.model.host_memory`; `planner.search.host_advice` lists the changes for a layout over
-host memory alone).
+knob (ZeRO stage, recompute, partial recompute's layers (Megatron's recompute_num_layers,
+torchtitan's every N-th layer), sequence parallelism, micro-batch size, tp, pp, cp, vpp, ep,
+expert tp, whole layers offloaded to the CPU, the modules whose saved inputs go to the host (the
+sets the search tries, `rungs.OFFLOAD_SETS`); and for DeepSeek sparse attention on Megatron's
+dense path, its sparse kernels) and must still pass `planner.search.rules`; the total GPU count
+and the global batch stay as they are, so more tp, cp or pp takes its factor from dp, less pp
+gives it to dp, and the change says so (`tp 8 -> 16 (+ dp 4 -> 2)`), as it says whatever else
+the plan file must change with it (`_also`). Every value of a knob that can help is tried (each
+higher ZeRO stage, each smaller micro-batch, each other recompute layer count, each other vpp,
+each tp, cp, pp the data-parallel ranks leave room for, each smaller pp, each larger ep, each
+other expert tp, the fewest offloaded layers that fit; a tp from 1 with sequence parallelism and
+without), and the cheapest of each knob is kept: the one that fits at the shortest step where
+some fits, else the one that saves most. A change makes the layout fit only where what it
+offloads fits in host memory too (`planner.model.host_memory`; `planner.search.host_advice`
+lists the changes for a layout over host memory alone).
 """
 
 from __future__ import annotations
@@ -23,9 +25,11 @@ from dataclasses import dataclass, replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.plan_layout import torchtitan_stages
+from planner.inputs.titan_every_layers import every_n
+from planner.inputs.torchtitan import default_schedule
 from planner.model import dsa, host_memory, memory
 from planner.search import rules
+from planner.search.advice_pipeline import other_pps, other_vpps
 from planner.search.rungs import OFFLOAD_SETS
 
 
@@ -41,9 +45,11 @@ class Change:
     order: int
     """Rough cost rank when no step-time model orders them (lower is cheaper)."""
     also: str = ""
-    """What the change changes with it, joined by " + ": the dp more tp, cp or pp takes its factor
-    from (`dp 8 -> 4`), sequence parallelism where the rules need it (`sequence_parallel`); for
-    host memory's pairs, the GPU change offloading less goes with (`planner.search.host_advice`)."""
+    """What the change changes with it, joined by " + " (`_also`): the dp more tp, cp or pp takes
+    its factor from (`dp 8 -> 4`), the vpp a pp change re-derives, sequence parallelism where the
+    rules need it or from tp 1 (`sequence_parallel`, `sequence_parallel off`), torchtitan's
+    default schedule at a new vpp; for host memory's pairs, the GPU change offloading less goes
+    with (`planner.search.host_advice`)."""
     job: Job | None = None
     """The job the change runs under, where it changes a job field (the DSA kernels)."""
     memory: str = "gpu"
@@ -62,26 +68,37 @@ def _shown(value: object) -> str:
 
 
 def _factors(n: int) -> list[int]:
-    """The divisors of n above 1, ascending: the factors more tp, cp or pp can take from dp."""
+    """The divisors of n above 1, ascending: the factors more tp or cp can take from dp."""
     return [k for k in range(2, n + 1) if n % k == 0]
 
 
-def _deeper(job: Job, lay: Layout, k: int) -> Layout | None:
-    """pp k times deeper, dp k times smaller: on torchtitan's own split at the new pp where the
-    plan gives none (torchtitan splits so at any pp), else on Megatron's even split; None on a
-    split the plan gives (it names each stage's layers)."""
-    deeper = lay.with_(pp=lay.pp * k, dp=lay.dp // k)
-    if job.framework == "torchtitan" and (lay.pp == 1 or _titan_split(job, lay)):
-        stages = torchtitan_stages(job.arch.num_layers, deeper.pp * lay.vpp)
-        return deeper.with_(pipeline_layout=stages)
-    return deeper if lay.even_split else None
+EVERY = "torchtitan.selective_layer_every"
+"""torchtitan's every-N-th-layer recompute as a change names it (`Layout.recompute_every`)."""
+
+
+def _more_recompute(job: Job, lay: Layout) -> Iterator[tuple[str, object, Layout]]:
+    """(field, value, layout) of partial full recompute moved on: Megatron's block or uniform
+    recompute_num_layers, each other count up to a chunk's layers (block recomputes more
+    layers with more; uniform keeps one input a group and rebuilds a group at once, so either
+    way can save); torchtitan's every N-th layer, each smaller N down to 1 (every layer)."""
+    if lay.recompute != "full":
+        return
+    if lay.recompute_every:
+        for n in range(lay.recompute_every - 1, 0, -1):
+            yield EVERY, n, every_n(lay, n)
+    elif job.framework == "megatron":
+        most = max(len(c) for chunks in lay.chunk_layers(job.arch.num_layers) for c in chunks)
+        for n in range(1, most + 1):
+            if n != lay.recompute_num_layers:
+                yield "recompute_num_layers", n, lay.with_(recompute_num_layers=n)
 
 
 def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layout | None]]:
     """(rank, field, new value, layout) of every value of each knob that can save memory, each
-    knob's values from the nearest out: each higher ZeRO stage, each smaller micro-batch, each
-    other vpp (fewer chunks hold fewer micro-batches in flight, more hold smaller ones), tp, cp
-    and pp times each factor of dp (dp divided by it), each larger ep the experts split by."""
+    knob's values from the nearest out: each higher ZeRO stage, each smaller micro-batch, more
+    recompute (`_more_recompute`), each other vpp, tp and cp times each factor of dp (dp divided
+    by it), pp times or divided by each factor (`advice_pipeline`), each larger ep the experts
+    split by, each other expert tp."""
     for zero in range(lay.zero_stage + 1, 4):
         yield 0, "zero_stage", zero, lay.with_(zero_stage=zero)
     if lay.tp > 1 and not lay.sequence_parallel:
@@ -92,23 +109,17 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
         yield 3, "micro_batch_size", mbs, lay.with_(micro_batch_size=mbs)
     if lay.recompute != "full":
         yield 4, "recompute", "full", lay.with_(recompute="full")
-    titan = _titan_split(job, lay)
-    if lay.pp > 1 and (lay.pipeline_layout is None or titan):  # a layout string names each
-        # virtual stage: no other vpp splits it
-        most = max(lay.stage_layers(job.arch.num_layers))  # a chunk holds a layer at least
-        for vpp in [*range(lay.vpp - 1, 0, -1), *range(lay.vpp + 1, most + 1)]:
-            other = lay.with_(vpp=vpp)
-            if titan:  # torchtitan's own split over the new stages
-                stages = torchtitan_stages(job.arch.num_layers, lay.pp * vpp)
-                other = other.with_(pipeline_layout=stages)
-            yield 5, "vpp", vpp, other
+    for field, value, new in _more_recompute(job, lay):
+        yield 4, field, value, new
+    for vpp, new in other_vpps(job, lay):
+        yield 5, "vpp", vpp, new
     factors = _factors(lay.dp)
     for k in factors:
         yield 6, "tp", lay.tp * k, lay.with_(tp=lay.tp * k, dp=lay.dp // k)
     for k in factors:
         yield 7, "cp", lay.cp * k, lay.with_(cp=lay.cp * k, dp=lay.dp // k)
-    for k in factors:
-        yield 8, "pp", lay.pp * k, _deeper(job, lay, k)
+    for pp, reshaped in other_pps(job, lay):
+        yield 8, "pp", pp, reshaped
     experts = job.arch.num_moe_experts or 1
     for ep in (e for e in range(lay.ep + 1, experts + 1) if experts % e == 0):
         yield 9, "ep", ep, lay.with_(ep=ep)
@@ -121,12 +132,6 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
     if not lay.offload_modules and not lay.cpu_offloading_num_layers:
         for modules in OFFLOAD_SETS:  # the rules keep those the model and settings allow
             yield 4, "offload_modules", modules, lay.with_(offload_modules=modules)
-
-
-def _titan_split(job: Job, lay: Layout) -> bool:
-    """Whether the layout runs torchtitan's own pipeline split (the plan gave none)."""
-    stages = torchtitan_stages(job.arch.num_layers, lay.pp * lay.vpp)
-    return job.framework == "torchtitan" and lay.pp > 1 and lay.pipeline_layout == stages
 
 
 def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> list[Change]:
@@ -151,31 +156,60 @@ def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> 
 
 def field_value(layout: Layout, field: str) -> object:
     """The layout's value of a `single_changes` field, as a change names it: etp is
-    `Layout.expert_tp` (the field `etp` is None where it follows tp)."""
+    `Layout.expert_tp` (the field `etp` is None where it follows tp), torchtitan's every-N
+    recompute `Layout.recompute_every`."""
+    if field == EVERY:
+        return layout.recompute_every
     return layout.expert_tp if field == "etp" else getattr(layout, field)
+
+
+def _sp_variants(job: Job, layout: Layout, field: str, new: Layout) -> list[Layout]:
+    """The layouts a candidate runs as, as to sequence parallelism: a tp change with it on
+    where the rules need it at the new tp (MoE layers, torchtitan, DeepSeek sparse attention);
+    from tp 1, where the plan's setting had no meaning (a plan that leaves it out runs with it
+    at any tp > 1, one that sets it false without it), both where the rules allow it off
+    (`memory_changes` keeps the faster); else the candidate as it is."""
+    if field != "tp" or new.sequence_parallel:
+        return [new]
+    with_sp = new.with_(sequence_parallel=True)
+    if job.arch.is_moe or (rules.violations(job, new) and not rules.violations(job, with_sp)):
+        return [with_sp]
+    return [with_sp, new] if layout.tp == 1 else [new]
+
+
+def _also(job: Job, layout: Layout, field: str, new: Layout) -> str:
+    """What a change of `field` changes with it, as the plan file must say it too, joined by
+    " + ": the dp more or less tp, cp or pp takes its factor from or gives it to (`dp 8 -> 4`:
+    else the world size no longer adds up); the vpp a pp change re-derives (a layout string's
+    stages over the new pp, or none at pp 1); sequence parallelism from tp 1, on
+    (`sequence_parallel`) or off (`sequence_parallel off`: a plan that leaves it out would run
+    it at the new tp); torchtitan's schedule where the plan names none and the default at the
+    new vpp is another (1F1B at one stage a rank, Interleaved1F1B at more: a plan naming the
+    old one explicitly, the same plan, would have its stages refused)."""
+    also = [f"dp {layout.dp} -> {new.dp}"] if new.dp != layout.dp else []
+    if field != "vpp" and new.vpp != layout.vpp:
+        also.append(f"vpp {layout.vpp} -> {new.vpp}")
+    if field == "tp" and new.sequence_parallel != layout.sequence_parallel:
+        also.append("sequence_parallel")
+    elif field == "tp" and layout.tp == 1:
+        also.append("sequence_parallel off")
+    named = job.titan.pipeline_schedule is not None
+    was, now = default_schedule(layout.vpp), default_schedule(new.vpp)
+    if job.framework == "torchtitan" and new.pp > 1 and not named and was != now:
+        also.append(f"torchtitan.pipeline_schedule {was} -> {now}")
+    return " + ".join(also)
 
 
 def single_changes(job: Job, layout: Layout) -> Iterator[tuple[int, str, object, Layout, str]]:
     """(rank, field, new value, layout, what it changes with it) of every single change of
-    `_candidates` that passes the rules. More tp, cp or pp takes its factor from dp and says so
-    (`dp 8 -> 4`: the plan's dp must change with it, or the world size no longer adds up). A tp
-    change turns sequence parallelism on with it where the rules need it at the new tp (MoE
-    layers, torchtitan, DeepSeek sparse attention) and from tp 1, where it had no meaning (the
-    plan file's default: on wherever tp > 1, so a plan that leaves it out and takes the new tp
-    runs with it), and says so; no other change touches it.
-    What it changes with it is joined by " + " (`dp 8 -> 4 + sequence_parallel`)."""
-    for order, field, after, new in _candidates(job, layout):
-        if new is None:
+    `_candidates` that passes the rules, in each of its `_sp_variants`, with what the plan file
+    must change with it (`_also`); no other change touches sequence parallelism."""
+    for order, field, after, cand in _candidates(job, layout):
+        if cand is None:
             continue
-        also = [f"dp {layout.dp} -> {new.dp}"] if new.dp != layout.dp else []
-        if field == "tp" and not new.sequence_parallel:
-            with_sp = new.with_(sequence_parallel=True)
-            needed = rules.violations(job, new) and not rules.violations(job, with_sp)
-            if job.arch.is_moe or needed or layout.tp == 1:
-                new = with_sp
-                also.append("sequence_parallel")
-        if not rules.violations(job, new):
-            yield order, field, after, new, " + ".join(also)
+        for new in _sp_variants(job, layout, field, cand):
+            if not rules.violations(job, new):
+                yield order, field, after, new, _also(job, layout, field, new)
 
 
 def by_cost(
@@ -260,6 +294,5 @@ def memory_changes(
         fits = rep.fits and host_memory.estimate(job, new).fits
         out.append(Change(field, before, after, new, saves, fits, order, also))
     out += _offload_layers(job, layout, headroom_pct, base.peak)
-    out = cheapest_each(job, out, cost, lambda c: c.field)
     out += _dsa_kernels(job, layout, headroom_pct, base.peak)
-    return by_cost(job, out, cost)
+    return by_cost(job, cheapest_each(job, out, cost, lambda c: c.field), cost)

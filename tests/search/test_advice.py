@@ -14,6 +14,7 @@ import pytest
 from planner.inputs.plan import Plan, parse_plan
 from planner.model import cost, memory
 from planner.search import advice
+from planner.search.advice_pipeline import reshaped
 from planner.search.rules import violations
 
 
@@ -55,21 +56,38 @@ def test_torchtitan_changes_keep_its_rules_and_its_split() -> None:
     """torchtitan runs sequence parallelism with any tp > 1: the tp change was dropped as
     invalid (it fits, saving 129 GiB on this 64k-token job); and a plan on torchtitan's own
     pipeline split was offered no deeper pipeline (pp 4 -> 8 saves 30 GiB on the 405B example:
-    torchtitan's split at pp 8 then)."""
+    torchtitan's split at pp 8 then). Oracle for the pp: the plan written at every pp the 512
+    GPUs / tp 8 leave (1 to 64), parsed, its layout passing the rules, and its peak."""
     p = plan("llama3.1-8b", "b200-sxm-180gb", 16, {"tp": 1, "cp": 2, "zero_stage": 3},
              seq_length=65536, framework="torchtitan")  # fmt: skip
     changes = by_name(advice.memory_changes(p.job, p.require_layout()))
     tp = changes["tp 1 -> 2 (+ dp 8 -> 4 + sequence_parallel)"]
     assert tp.fits and not violations(p.job, tp.layout)
-    deep = plan("llama3.1-405b", "h100-sxm-80gb", 512,
-                {"tp": 8, "pp": 4, "zero_stage": 3, "recompute": "selective"},
-                global_batch_size=512, framework="torchtitan")  # fmt: skip
-    # none fits: the deepest pipeline the rules allow, the largest saving (dp 16 -> 4 for it)
-    (pp,) = [c for c in advice.memory_changes(deep.job, deep.require_layout()) if c.field == "pp"]
-    assert pp.describe() == "pp 4 -> 16 (+ dp 16 -> 4)" and not pp.fits
-    assert not violations(deep.job, pp.layout)
-    before = memory.estimate(deep.job, deep.require_layout()).peak
-    assert memory.estimate(deep.job, pp.layout).peak == pytest.approx(before - pp.saves)
+
+    def deep(pp: int) -> Plan:
+        return plan("llama3.1-405b", "h100-sxm-80gb", 512,
+                    {"tp": 8, "pp": pp, "zero_stage": 3, "recompute": "selective"},
+                    global_batch_size=512, framework="torchtitan")  # fmt: skip
+
+    base = deep(4)
+    job, lay = base.job, base.require_layout()
+    # each deeper pp as the plan file would split it: torchtitan's own split at the new pp
+    for depth in (8, 16):
+        assert reshaped(job, lay, depth) == deep(depth).require_layout()
+    peaks = {}
+    for depth in (1, 2, 8, 16, 32, 64):
+        q = deep(depth)
+        if not violations(q.job, q.require_layout()):
+            peaks[depth] = memory.estimate(q.job, q.require_layout()).peak
+    # none fits: the pp of the largest saving, pp 1 (ZeRO 3 over dp 64: torch keeps a pipelined
+    # stage's parameters gathered, planner.model's FSDP under pp; 86.8 GiB against pp 16's 105.6)
+    (pp,) = [c for c in advice.memory_changes(job, lay) if c.field == "pp"]
+    least = min(peaks, key=lambda k: peaks[k])
+    assert not pp.fits and pp.after == least
+    assert pp.layout == deep(least).require_layout()
+    assert pp.describe() == f"pp 4 -> {least} (+ dp 16 -> {512 // 8 // least})"
+    before = memory.estimate(job, lay).peak
+    assert peaks[least] == pytest.approx(before - pp.saves)
 
 
 def test_a_job_field_change_is_ordered_by_its_own_step_time() -> None:

@@ -81,13 +81,14 @@ def _value(text: str) -> Any:
 
 def applied(d: dict[str, Any], c: Change) -> dict[str, Any]:
     """The plan edited as the change's words say: `field before -> after (+ field before ->
-    after + flag ...)`, each part one field (a bare flag turned on)."""
+    after + flag + flag off ...)`, each part one field (a bare flag turned on, `flag off` off)."""
     words = c.describe().split(" (+ ")[0]
     parts = [words, *(c.also.split(" + ") if c.also else [])]
     out = copy.deepcopy(d)
     for part in parts:
         m = re.fullmatch(r"(\S+) (\S+) -> (\S+)", part)
-        key, value = (m[1], _value(m[3])) if m else (part, True)
+        flag = part.removesuffix(" off")
+        key, value = (m[1], _value(m[3])) if m else (flag, flag == part)
         section, _, name = key.rpartition(".")
         out.setdefault(section or "parallel", {})[name] = value
     return out
