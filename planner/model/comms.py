@@ -347,6 +347,24 @@ def all_gather(size_bytes: float, grp: Group, nccl: bool = True) -> float:
     return reduce_scatter(size_bytes, grp, nccl)
 
 
+def collective_floor(grp: Group, op: str = RING) -> tuple[float, float]:
+    """(seconds per byte of the array, seconds per call) such that one NCCL reduce-scatter or
+    all-gather over the group (`op` ALL_REDUCE: all-reduce) of S > 0 bytes takes at least
+    per call + S x per byte: the group's own terms (`_slowest` takes the largest of its and
+    `Group.others`'), the bandwidth term linear in S, the latencies and NCCL's call cost
+    fixed. (0, 0) for a group of one rank."""
+    g = replace(grp, others=())
+    if g.size <= 1:
+        return 0.0, 0.0
+    if op != ALL_REDUCE:
+        return _half_bandwidth(1.0, g, True), ring_latency(g) + g.call(RING)
+    if g.outer is not None:
+        return 2 * _half_bandwidth(1.0, g, True), 2 * tree_latency(g) + g.call(ALL_REDUCE)
+    n, link = g.size, Link(g.inner.bandwidth * g.share(ALL_REDUCE), g.inner.latency)
+    lat = 2 * (n - 1) * link.latency * LATENCY_SCALE + g.call(ALL_REDUCE)
+    return 2 * (n - 1) / n / link.bandwidth, lat  # `ring_all_reduce`'s terms
+
+
 def all_to_all(size_bytes: float, grp: Group) -> float:
     """All-to-all where each rank sends S bytes spread evenly over the group (incl. itself), at
     the link's rate (`nccl_shares.NCCL_NVLINK_SHARE` says why no measured share)."""

@@ -101,6 +101,33 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     zeroing of the stage's whole gradient buffer (Megatron's DDP zero_grad_buffer; counted so
     at every ZeRO stage, which keeps a higher stage never faster than a lower one, the
     dominance the search's stops rely on)."""
+    shard_d, shard_e, always_bytes, update, held = _optimizer_bytes(job, lay)
+    updated = dense / shard_d + expert / shard_e
+    if job.framework == "torchtitan":
+        return always_bytes * updated / gpu.hbm
+    always = always_bytes * updated + held * (dense + expert)
+    host = optimizer_offload.host_step_time(
+        job, job.optimizer_offload_fraction * updated, job.optimizer_offload_overlap
+    )
+    return always / gpu.hbm + max(update * updated / gpu.hbm, host)
+
+
+def optimizer_rates(job: Job, lay: Layout, gpu: Gpu) -> tuple[float, float]:
+    """Seconds per dense and per expert parameter of a stage (`stage_params`) that
+    `optimizer_time` is at least: it is this linear form of the stage's parameters, but for a
+    CPU-offloaded share's host step, in a max with the GPU's update and so never below it
+    (`optimizer_time`: always / hbm + max(update x updated / hbm, host), updated = dense /
+    shard + expert / shard, always = bytes x updated + held bytes x (dense + expert))."""
+    shard_d, shard_e, always_bytes, update, held = _optimizer_bytes(job, lay)
+    per = always_bytes + update
+    return (per / shard_d + held) / gpu.hbm, (per / shard_e + held) / gpu.hbm
+
+
+def _optimizer_bytes(job: Job, lay: Layout) -> tuple[int, int, float, float, float]:
+    """`optimizer_time`'s coefficients: the (dense, expert) shards a GPU updates 1 / of, the
+    bytes per updated parameter every step moves on the GPU, those of the GPU's update (in a
+    max with a CPU-offloaded share's host step; torchtitan: 0, in the first), and the bytes
+    per parameter the stage holds (the gradient buffer's zeroing; torchtitan: 0)."""
     # over one of the distributed optimizer's instances (`Job.optimizer_instances`), as
     # rank_states.updated_params shards them; HFSDP's optim strategy shards over all of them
     n = job.optimizer_instances if dp_instances.applies(job, lay) else 1
@@ -108,13 +135,12 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
         n = 1
     shard_d = max(lay.dense_dp // n, 1) if lay.zero_stage >= 1 else 1
     shard_e = max(lay.expert_dp // n, 1) if lay.zero_stage >= 1 else 1
-    updated = dense / shard_d + expert / shard_e
     if job.framework == "torchtitan":
         # FSDP2 keeps the fp32 parameter shard itself (the all-gather casts it to bf16), reduces
         # gradients straight into fp32 shards and frees them (zero_grad(set_to_none=True)): no
         # copy either way, no zeroing
         per_updated = GRAD_NORM_READ_BYTES + ADAM_GRAD_READ_BYTES + 2 * job.optimizer_bytes
-        return per_updated * updated / gpu.hbm
+        return shard_d, shard_e, per_updated, 0.0, 0.0
     # the CPU-offloaded share (optimizer_offload) is updated on the host, while the GPU updates
     # the rest: Adam's passes and the master's copy back over the GPU's share only
     on_gpu = 1.0 - job.optimizer_offload_fraction
@@ -127,11 +153,7 @@ def optimizer_time(job: Job, lay: Layout, dense: float, expert: float, gpu: Gpu)
     update = on_gpu * (ADAM_GRAD_READ_BYTES + copy_back + passes) + 2 * job.optimizer_bytes
     copy = MAIN_GRAD_COPY_BYTES if copies_main_grads(job, z) else 0.0
     copy += unscale_bytes(job, z)  # fp16's unscaling of the main gradients
-    always = (GRAD_NORM_READ_BYTES + copy) * updated + job.grad_bytes * (dense + expert)
-    host = optimizer_offload.host_step_time(
-        job, job.optimizer_offload_fraction * updated, job.optimizer_offload_overlap
-    )
-    return always / gpu.hbm + max(update * updated / gpu.hbm, host)
+    return shard_d, shard_e, GRAD_NORM_READ_BYTES + copy, update, job.grad_bytes
 
 
 def gathers_in_grad_buffer(job: Job, lay: Layout) -> bool:

@@ -9,7 +9,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from planner.search.pool_step_bound import Line, order_floor
+from planner.search.pool_step_bound import Line
+from planner.search.pool_tails import NONE, TailFloor, tailed_floor
 from planner.search.solver import Grid, PoolSplitProblem, TailLines
 
 
@@ -28,11 +29,13 @@ class TimeLines:
     boundary_us: tuple[int, ...]
     tail_us: TailLines = ()
     """The stages' tails after the pipeline (`PoolSplitProblem`'s): an estimate for the solver's
-    objective, no bound (`pools.time_lines`); `lower_bound_s` takes them as 0, the least a tail
-    is."""
+    objective, no bound (`pools.time_lines`); `lower_bound_s` reads the tail's floor
+    (`pool_tails.TailFloor`) instead."""
 
 
-def lower_bound_s(p: PoolSplitProblem | TimeLines, tight: bool = True) -> float:
+def lower_bound_s(
+    p: PoolSplitProblem | TimeLines, tight: bool = True, tails: TailFloor = NONE
+) -> float:
     """Seconds no split of the problem beats, memory aside: a lower bound of the EXACT 1F1B
     step plus its tail (`planner.model.one_f_one_b.step`, what the exact model scores), not of
     the solver's closed form (m - 1) max_r t_r + sum_r t_r, which is above the exact step where
@@ -45,13 +48,13 @@ def lower_bound_s(p: PoolSplitProblem | TimeLines, tight: bool = True) -> float:
     Per order of the pools (`_order_bound`, the least over the orders): with the order fixed,
     each rank's pool and pool boundaries are known, and so its a_r (fixed time plus the boundary
     hops) and b_r (per layer) with t_r >= a_r + y_r b_r (recompute adds c_r x recompute_us >= 0),
-    y_r >= 1, sum_r y_r = L: `pool_step_bound.order_floor` (its proof there).
-
-    The tail after the pipeline (sync and optimizer step) is taken as 0, the least it is: its
-    lines (`tail_us`) are chords of a curve that is neither convex nor monotone in the layers,
-    above it between their samples (`pools.time_lines`), so they bound nothing. Without
-    `tight`: `order_floor`'s cheap weightings alone (no simplex)."""
-    return max(_any_order_bound(p), _order_bound(p, tight=tight)) * 1e-6
+    y_r >= 1, sum_r y_r = L: `pool_step_bound.order_floor` (its proof there), with the tail
+    after the pipeline (sync and optimizer step) from the lines it is never below (`tails`,
+    `pool_tails.tailed_floor`; none: taken as 0, the least it is). Not from its lines
+    `tail_us`: chords of a curve that is neither convex nor monotone in the layers, above it
+    between their samples (`pools.time_lines`). Without `tight`: `order_floor`'s cheap
+    weightings alone (no simplex)."""
+    return max(_any_order_bound(p), _order_bound(p, tight=tight, tails=tails)) * 1e-6
 
 
 def _any_order_bound(p: PoolSplitProblem | TimeLines) -> float:
@@ -86,25 +89,33 @@ def order_lines(p: PoolSplitProblem | TimeLines, ks: Sequence[int], caps: Grid =
     return out
 
 
-def _order_bound(p: PoolSplitProblem | TimeLines, caps: Grid = (), tight: bool = True) -> float:
+def _order_bound(
+    p: PoolSplitProblem | TimeLines, caps: Grid = (), tight: bool = True, tails: TailFloor = NONE
+) -> float:
     """`lower_bound_s`'s per-order part in microseconds, each rank within its cap (`caps`;
     inf: no order fits them)."""
     pp, L, m = sum(p.stages), p.num_layers, p.microbatches
     if pp > L:
         return 0.0
     best = math.inf
-    for order in _orders(p, caps):
+    for order in _orders(p, caps, tails):
         ks = [k for k in order for _ in range(p.stages[k])]
-        best = min(best, order_floor(order_lines(p, ks, caps), L, m, tight))
+        lines = order_lines(p, ks, caps)
+        best = min(best, tailed_floor(lines, L, m, tight, tails.order(ks)))
     return best
 
 
-def _orders(p: PoolSplitProblem | TimeLines, caps: Grid) -> list[tuple[int, ...]]:
+def _orders(p: PoolSplitProblem | TimeLines, caps: Grid, tails: TailFloor) -> list[tuple[int, ...]]:
     """The pools' orders, twins (equal stages and columns in every table the bound reads) in
     index order only: swapping twins changes no rank's lines, hops or tail."""
     grids = (p.fixed_us, p.layer_us, *(g for line in p.tail_us for g in line), caps)
     cols = [
-        (p.stages[k], p.boundary_us[k], tuple(tuple(row[k] for row in g) for g in grids))
+        (
+            p.stages[k],
+            p.boundary_us[k],
+            tuple(tuple(row[k] for row in g) for g in grids),
+            tails.column(k),
+        )
         for k in range(len(p.stages))
     ]
     return [
@@ -114,10 +125,12 @@ def _orders(p: PoolSplitProblem | TimeLines, caps: Grid) -> list[tuple[int, ...]
     ]
 
 
-def capped_bound_s(p: PoolSplitProblem | TimeLines, caps: Grid) -> float | None:
+def capped_bound_s(
+    p: PoolSplitProblem | TimeLines, caps: Grid, tails: TailFloor = NONE
+) -> float | None:
     """`lower_bound_s` with each rank on pool k at most caps[r][k] layers (its pool's host:
     `planner.search.pool_host`), so no less than it (None: no order fits the caps)."""
     if sum(p.stages) > p.num_layers:
         return None
-    bound = _order_bound(p, caps)
+    bound = _order_bound(p, caps, tails=tails)
     return None if bound == math.inf else max(bound, _any_order_bound(p)) * 1e-6

@@ -28,7 +28,7 @@ from planner.search.pool_order import (
     order_ranks,
     rank_pools,
 )
-from planner.search.pool_step_bound import order_floor
+from planner.search.pool_tails import NONE, TailFloor, tailed_floor
 from planner.search.solver import (
     PoolSplit,
     PoolSplitProblem,
@@ -189,23 +189,22 @@ def recompute_bound(p: PoolSplitProblem, target: float = math.inf) -> float | No
     return None if best == math.inf else best
 
 
-def split_bound(p: PoolSplitProblem) -> float | None:
+def split_bound(p: PoolSplitProblem, tails: TailFloor = NONE) -> float | None:
     """A lower bound of the EXACT 1F1B step plus tail (`pool_step_bound`, not of the solver's
     closed form, which is above it where an earlier stage is the slowest) over every split and
     every N (None: nothing fits), memory-aware: per order, each rank's layers within what its
     memory allows at its least over every N (`order_ranks` with `least_memory` where recompute
     is on: N = 0's memory is no less, recompute_mib <= 0), its time without recompute (which
-    only adds), `pool_step_bound.order_floor` plus the order's least tail (`least_tail`)."""
+    only adds), `pool_step_bound.order_floor` with the tail's floor `tails`
+    (`pool_tails.tailed_floor`; none: the tail taken as 0). Not with the least of the tail
+    lines `p.tail_us`: chords, above the tail between their samples (`pools.time_lines`)."""
     best = math.inf
-    for ks in rank_pools(p):
+    for ks in rank_pools(p, [tails.column(k) for k in range(len(p.stages))]):
         ranks = order_ranks(p, ks, p.recompute)
         if ranks is None:
             continue
-        floor = order_floor(
-            [(a, b, lo, hi) for a, b, lo, hi, _ in ranks], p.num_layers, p.microbatches
-        )
-        if floor < best:
-            best = min(best, floor + (least_tail(ranks, p.num_layers) or 0))
+        lines = [(a, b, lo, hi) for a, b, lo, hi, _ in ranks]
+        best = min(best, tailed_floor(lines, p.num_layers, p.microbatches, True, tails.order(ks)))
     return None if best == math.inf else best
 
 
@@ -255,19 +254,23 @@ def needs_solver(p: PoolSplitProblem) -> bool:
     return rb is not None and (least is None or rb < least)
 
 
-def best_splits(p: PoolSplitProblem, cutoff_us: float | None = None) -> list[PoolSplit]:
+def best_splits(
+    p: PoolSplitProblem, cutoff_us: float | None = None, tails: TailFloor = NONE
+) -> list[PoolSplit]:
     """The optimal assignments of `p` (`solve_pools`'s objective), best first: where no N >= 1
     can beat N = 0 (`recompute_bound`), every optimal one with N = 0 by enumeration
     (`optimal_splits`: the fewest layers recomputed), else CP-SAT's (`solve_pools`); [] when
     none fits, or, before CP-SAT, when `split_bound` (of the exact step over every split and N)
-    is at least `cutoff_us`, an exact step (the split cannot enter the top)."""
+    is at least `cutoff_us`, an exact step (the split cannot enter the top); `tails`: the
+    layout's tail floor, in that bound."""
     if sum(p.stages) > p.num_layers or not may_fit(p):
         return []
     ties = optimal_splits(p)
     rb = recompute_bound(p, ties[0].objective if ties else math.inf)
     if rb is None or (ties and rb >= ties[0].objective):
         return ties
-    if cutoff_us is not None and (least := split_bound(p)) is not None and least >= cutoff_us:
+    least = None if cutoff_us is None else split_bound(p, tails)
+    if cutoff_us is not None and least is not None and least >= cutoff_us:
         return []  # not the closed-form values: the cut is an exact step
     split = solve_pools(p)
     return [] if split is None else [split]

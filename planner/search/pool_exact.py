@@ -13,10 +13,12 @@ pool, exact at the sampled counts, with its sends at its pool's hop and each cro
 its pool), less what rounding them to the microsecond may have added (`lowered`); recompute
 only adds to a stage. For every path j of `pool_step_bound.terms` the pipeline takes at least
 sum_q A_jq t_q (that module's proof: a path's ops run one after another), and the tail after
-it at least 0 (its lines are chords, above the tail between their samples: no bound,
-`pools.time_lines`). Rank r's own path (D = 0: m t_r and the ranks before it) gives
-m (a_r + b_r y_r) <= step, so no split faster than a step E has y_r above (E / m - a_r) / b_r:
-the box the splits are listed in (`_box`).
+it at least each rank's tail forms (`pool_tails`: lines no exact estimate goes into, not the
+chords of `pools.time_lines`, which are above the tail between their samples). Rank r's own
+path (D = 0: m t_r and the ranks before it) gives m (a_r + b_r y_r) <= step, so no split faster
+than a step E has y_r above (E / m - a_r) / b_r: the box the splits are listed in (`_box`; the
+tail would narrow it, and so bound the splits one by one on more layouts, which would change
+some answers: left for a change of its own).
 
 Scored (`scorer`): first the split without recompute, whose step is the least of its steps at
 any block recompute count N (recompute only adds time): where that is slower than the best so
@@ -36,10 +38,12 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cost, memory
 from planner.model.memory import StageMemory
+from planner.model.tail_floor import TailLine
 from planner.search.pool_bounds import order_lines
 from planner.search.pool_host import host_ok
 from planner.search.pool_plan import PoolPlan, apply
 from planner.search.pool_step_bound import Line, terms
+from planner.search.pool_tails import NONE, TailFloor, path_tails
 from planner.search.rules import violations
 from planner.search.solver import PoolSplit, PoolSplitProblem, objective_of, stage_values, tail_of
 
@@ -156,12 +160,16 @@ def _lines_fit(p: PoolSplitProblem, ks: tuple[int, ...], ys: tuple[int, ...], n:
     return all(v <= p.capacity_mib[k] for v, k in zip(used, ks, strict=True))
 
 
-def split_floor(lines: Sequence[Line], ys: Sequence[int], m: int) -> float:
+def split_floor(
+    lines: Sequence[Line], ys: Sequence[int], m: int, tails: Sequence[TailLine] = ()
+) -> float:
     """No more than the exact step (microseconds) of the split `ys` of ranks with `lines`
-    (module docstring): the longest of `terms`' paths at the lines' times (the tail after the
-    pipeline taken as 0)."""
+    (module docstring): the longest of `terms`' paths at the lines' times, with a rank's tail
+    form after it (`pool_tails.path_tails`; `tails` empty: the tail taken as 0)."""
     times = [a + b * y for (a, b, _, _), y in zip(lines, ys, strict=True)]
     rows = terms(len(lines), m)[0]
+    if tails:
+        return path_tails(rows, times, ys, tails)
     return max(sum(c * t for c, t in zip(row, times, strict=True)) for row in rows)
 
 
@@ -216,12 +224,14 @@ def refine(
     score: Score,
     cutoff_s: float | None = None,
     limit: int = SPLITS,
+    tails: TailFloor = NONE,
 ) -> PoolPlan:
     """The exact model's fastest split where the box holds at most `limit` splits (module
     docstring), else `best` (the solver's). Of equally fast splits, the first in (pools, layers)
     order. With `cutoff_s` (the search's top-th step so far), a split whose bound is at least
     it is not scored: it cannot enter the top rows, so what is returned is the layout's
-    fastest split wherever that is below the cut, and no faster than the cut where not."""
+    fastest split wherever that is below the cut, and no faster than the cut where not.
+    `tails`: the layout's tail floor (`pool_tails.tail_floor`), in each split's bound."""
     L, m = p.num_layers, p.microbatches
     assert best.split is not None
     key = (best.step_time, best.split.pools, best.split.layers)
@@ -233,14 +243,14 @@ def refine(
 
     boxes = []
     for ks in orders:
-        lines = lowered(p, ks)
-        boxes.append((ks, lines, _box(lines, L, m, min(key[0] * 1e6, cut))))
+        lines, tail = lowered(p, ks), tails.order(ks)
+        boxes.append((ks, lines, tail, _box(lines, L, m, min(key[0] * 1e6, cut))))
     if sum(_count(L, most, limit) for *_, most in boxes) > limit:
         return best
     listed: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
-    for ks, lines, most in boxes:
+    for ks, lines, tail, most in boxes:
         for ys in _splits(L, most):
-            if not beaten(low := split_floor(lines, ys, m)):
+            if not beaten(low := split_floor(lines, ys, m, tail)):
                 listed.append((low, ks, ys))
     listed.sort()
     for low, ks, ys in listed:

@@ -24,7 +24,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 from planner.search.solver import Grid, PoolSplitProblem
 
@@ -53,8 +53,9 @@ def _time_interval(a: int, b: int, t: float) -> tuple[float, float]:
     return -((t - a) // -b), math.inf  # y >= (a - t) / -b, rounded up
 
 
-def twin_orders(p: PoolSplitProblem) -> list[tuple[int, ...]]:
-    """The pools' orders, twins (equal columns, capacity, stages) in index order only."""
+def twin_orders(p: PoolSplitProblem, same: Sequence[object] = ()) -> list[tuple[int, ...]]:
+    """The pools' orders, twins (equal columns, capacity, stages, and `same`'s entries: per
+    pool, what else a caller reads of it) in index order only."""
     npools = len(p.stages)
     grids: tuple[Grid, ...] = (p.fixed_mib, p.layer_mib, p.recompute_mib, p.fixed_us)
     grids += (p.layer_us, p.recompute_us, *(g for line in p.tail_us for g in line), p.whole_mib)
@@ -65,6 +66,7 @@ def twin_orders(p: PoolSplitProblem) -> list[tuple[int, ...]]:
             p.capacity_mib[k],
             p.boundary_us[k],
             tuple(tuple(row[k] for row in g) for g in grids),
+            same[k] if same else None,
         )
         for k in range(npools)
     ]
@@ -75,9 +77,9 @@ def twin_orders(p: PoolSplitProblem) -> list[tuple[int, ...]]:
     return out
 
 
-def rank_pools(p: PoolSplitProblem) -> list[tuple[int, ...]]:
+def rank_pools(p: PoolSplitProblem, same: Sequence[object] = ()) -> list[tuple[int, ...]]:
     """`twin_orders` spelled out per rank: each pool repeated for its stages."""
-    return [tuple(k for k in o for _ in range(p.stages[k])) for o in twin_orders(p)]
+    return [tuple(k for k in o for _ in range(p.stages[k])) for o in twin_orders(p, same)]
 
 
 def hops(ks: tuple[int, ...], r: int) -> int:

@@ -47,6 +47,7 @@ from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pool_host import caps_allow, usable
 from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, pool_layout
 from planner.search.pool_recompute import needless, recompute_rungs
+from planner.search.pool_tails import NONE, TailFloor, tail_floor
 from planner.search.pools import (
     Recomputed,
     apply,
@@ -201,8 +202,8 @@ def search(
     solved = 0
     # splits that only CP-SAT solves (recompute may beat none) wait for the others' plans, by
     # their memory-aware bound, so that the top-th best step may spare them (and OR-Tools)
-    deferred: list[tuple[float, int, Layout, PoolSplitProblem]] = []
-    for i, (lay, times, bound) in enumerate(bounded):
+    deferred: list[tuple[float, int, Layout, PoolSplitProblem, TailFloor]] = []
+    for i, (lay, times, tails, bound) in enumerate(bounded):
         if progress is not None and i % 20 == 0:
             progress(f"pools: layout {i + 1} of {len(todo)}")
         cut = row_cut(plans, top)
@@ -210,20 +211,20 @@ def search(
             break  # sorted by the bound: no later layout can enter the top
         p = problem(job, lay, headroom_pct, lay.recompute == "none", times, recomputed)
         if needs_solver(p):
-            least = split_bound(p)
+            least = split_bound(p, tails)
             if least is not None:  # None: no block recompute count fits it
-                deferred.append((least * 1e-6, i, lay, p))
+                deferred.append((least * 1e-6, i, lay, p, tails))
             continue
         solved += 1
-        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut, over=over)
+        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut, over=over, tails=tails)
         if plan is not None and not needless(plan, headroom_pct):
             plans.append(plan)
-    for bound, _, lay, p in sorted(deferred, key=lambda d: d[:2]):
+    for bound, _, lay, p, tails in sorted(deferred, key=lambda d: d[:2]):
         cut = row_cut(plans, top)
         if cut is not None and bound >= cut:
             break  # sorted by the bound
         solved += 1
-        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut, over=over)
+        plan = plan_split(job, lay, headroom_pct, p=p, cutoff_s=cut, over=over, tails=tails)
         if plan is not None and not needless(plan, headroom_pct):
             plans.append(plan)
 
@@ -291,55 +292,65 @@ def row_cut(plans: list[PoolPlan], top: int) -> float | None:
 
 def _by_bound(
     job: Job, todo: list[Layout], recomputed: Recomputed, refused: list[Layout]
-) -> Iterator[tuple[Layout, TimeLines, float]]:
-    """The layouts with their time lines and bound, in order of the bound (then of `todo`):
-    `lower_bound_s`, or where the plan offloads to the hosts the larger `capped_bound_s` (the
-    split within each pool's host: `pools.host_caps`), each a bound of the exact step of every
-    split (`pool_step_bound`); a layout no split of which fits the hosts goes to `refused`
-    instead. Each layout's bounds are computed only when it may come next: queued first on
-    `lower_bound_s` of `pools.floor_lines` without the simplex (`tight` off), again with it once
-    it comes first, again on `lower_bound_s` of its time lines once that comes first, and on
-    the capped bound once that comes first, each time the larger of the bounds so far (each
-    bounds the same steps), so in the order of a sort by the last, without the simplex or the
-    lines of the layouts the search never reaches. A stage's time per micro-batch does not read
-    the ZeRO stage (`stage_time._FIXED`): one set of lines (and of floors) serves a layout's
-    ZeRO stages."""
+) -> Iterator[tuple[Layout, TimeLines, TailFloor, float]]:
+    """The layouts with their time lines, tail floor and bound, in order of the bound (then of
+    `todo`): `lower_bound_s`, or where the plan offloads to the hosts the larger
+    `capped_bound_s` (the split within each pool's host: `pools.host_caps`), each a bound of
+    the exact step of every split (`pool_step_bound`) with its tail (`pool_tails.tail_floor`);
+    a layout no split of which fits the hosts goes to `refused` instead. Each layout's bounds
+    are computed only when it may come next: queued first on `lower_bound_s` of
+    `pools.floor_lines` without the simplex (`tight` off), again with it once it comes first,
+    again on `lower_bound_s` of its time lines once that comes first, and on the capped bound
+    once that comes first, each time the larger of the bounds so far (each bounds the same
+    steps), so in the order of a sort by the last, without the simplex or the lines of the
+    layouts the search never reaches (the first queueing without the tail, too). A stage's
+    time per micro-batch does not read the ZeRO stage (`stage_time._FIXED`): one set of lines
+    (and of floor lines) serves a layout's ZeRO stages; its tail does, so each layout has its
+    own tail floor."""
     plains = [lay.with_(zero_stage=ZERO_STAGES[0]) for lay in todo]
     least: dict[Layout, TimeLines | None] = {}  # floor lines
-    floors: dict[tuple[Layout, bool], float] = {}
+    floors: dict[tuple[int, bool], float] = {}
     lines: dict[Layout, TimeLines] = {}
+    tails: dict[int, TailFloor] = {}
     queue: list[tuple[float, int, int]] = []  # (bound, place, what the bound is: 0 .. 3)
     caps = [host_caps(job, lay) for lay in todo]
 
-    def floor(plain: Layout, tight: bool) -> float:
-        if (plain, tight) not in floors:
-            if plain not in least:
-                least[plain] = floor_lines(job, plain)
-            low = least[plain]
-            floors[plain, tight] = 0.0 if low is None else lower_bound_s(low, tight) * (1 - 1e-9)
-        return floors[plain, tight]
+    def tail(i: int) -> TailFloor:
+        if i not in tails:
+            tails[i] = tail_floor(job, todo[i])
+        return tails[i]
+
+    def floor(i: int, tight: bool) -> float:
+        """The floor lines' bound; with `tight`, with the simplex and the tail."""
+        if (i, tight) not in floors:
+            if plains[i] not in least:
+                least[plains[i]] = floor_lines(job, plains[i])
+            low = least[plains[i]]
+            bound = 0.0 if low is None else lower_bound_s(low, tight, tail(i) if tight else NONE)
+            floors[i, tight] = bound * (1 - 1e-9)
+        return floors[i, tight]
 
     for i, plain in enumerate(plains):
         if not caps_allow(caps[i], pool_stages(job, plain), job.arch.num_layers):
             refused.append(todo[i])  # some pool's host holds too few layers in every order
             continue
-        queue.append((floor(plain, False), i, 0))
+        queue.append((floor(i, False), i, 0))
     heapq.heapify(queue)
     while queue:
         bound, i, stage = heapq.heappop(queue)
         plain = plains[i]
         if stage == 3:
-            yield todo[i], lines[plain], bound
+            yield todo[i], lines[plain], tail(i), bound
             continue
         if stage == 0:
-            heapq.heappush(queue, (max(bound, floor(plain, True)), i, 1))
+            heapq.heappush(queue, (max(bound, floor(i, True)), i, 1))
             continue
         if stage == 1:
             if plain not in lines:
                 lines[plain] = time_lines(job, plain, recomputed)
-            heapq.heappush(queue, (max(bound, lower_bound_s(lines[plain])), i, 2))
+            heapq.heappush(queue, (max(bound, lower_bound_s(lines[plain], True, tail(i))), i, 2))
             continue
-        capped = capped_bound_s(lines[plain], caps[i]) if caps[i] else bound
+        capped = capped_bound_s(lines[plain], caps[i], tail(i)) if caps[i] else bound
         if capped is None:
             refused.append(todo[i])
         else:

@@ -29,7 +29,7 @@ boundary hops, its per-layer time; recompute only adds), y_r in [lo_r, hi_r] (1 
 its memory and host allow), sum_r y_r = L. For any weights lambda_j >= 0 summing to 1 over the
 paths, the step is at least sum_j lambda_j A_j . t = sum_q w_q t_q with w = A^T lambda >= 0, so
 at least the least of sum_q w_q (a_q + b_q y_q) over the box {lo <= y <= hi, sum y = L}
-(`_least`: the layers past each rank's lo_r go to the least w_q b_q first, up to hi_q; exact for
+(`least`: the layers past each rank's lo_r go to the least w_q b_q first, up to hi_q; exact for
 the linear programme, so no more than any integer split's value). Every lambda gives a bound
 (weak duality of min_y max_j A_j . t(y)); `order_floor` takes the largest of a few: the last
 rank's D = 0 path (the closed form's own), the D = 0 weights that make every w_q b_q equal, the
@@ -38,12 +38,12 @@ weights over each rank's longest path that make every w_q b_q equal (`_balanced`
 (`_game`: the ranks its split puts past their upper ends held there, and solved again), unless
 the real split where every longest path takes one value (`_top`) shows the cheap weights
 already reach the programme's optimum (the longest path there is an upper bound of it). The
-bound itself is always `_least` of the weights found, with the box's both ends, so neither
+bound itself is always `least` of the weights found, with the box's both ends, so neither
 rounding in the simplex nor a skipped simplex can make it more than a bound: only less tight.
 
-The tail (data-parallel sync and optimizer step after the pipeline) is the step's too, but
-this bound takes it as 0, the least it is (`pool_bounds.lower_bound_s`: the tail lines of
-`planner.search.pools` are chords, above the tail between their samples, and bound nothing).
+The tail (data-parallel sync and optimizer step after the pipeline) is the step's too, and
+not in this bound: `pool_tails.tailed_floor` adds its lines to the weights found here
+(`order_weights`), each weighting still a bound through `least`.
 
 What it covers: every split of the order, not only the solver's. The solver's split is chosen
 by the closed form (`planner.search.pool_enum`), and the exact model may prefer another, which
@@ -93,7 +93,7 @@ def terms(pp: int, m: int) -> Terms:
     return rows, tuple(longest), tuple(shapes)
 
 
-def _least(lines: Sequence[Line], w: Sequence[float], L: int) -> float:
+def least(lines: Sequence[Line], w: Sequence[float], L: int) -> float:
     """The least sum_q w_q (a_q + b_q y_q) over lo <= y <= hi, sum y = L (inf: none)."""
     base = 0.0
     rest = L
@@ -263,7 +263,7 @@ def _game(lines: Sequence[Line], L: int, m: int) -> list[float] | None:
     programme (the slack columns' reduced costs), solved from the slack basis by Dantzig's
     rule. Where u puts a rank past its upper end, that rank is held there and the game solved
     again: the optimum within the boxes where the held ranks are the ones at their ends, else
-    weights that `_least` (with the boxes) still turns into a bound."""
+    weights that `least` (with the boxes) still turns into a bound."""
     import numpy as np  # here: only the simplex needs it (~0.1 s to load)
 
     A = np.array(terms(len(lines), m)[0], dtype=float)
@@ -331,19 +331,29 @@ def order_floor(lines: Sequence[Line], L: int, m: int, tight: bool = True) -> fl
     """A lower bound (us) of the exact 1F1B step's pipeline part over every split of one order
     of the pools (module docstring); inf where no split fits the boxes. Without `tight`, the two
     cheap weightings alone (no simplex)."""
+    return order_weights(lines, L, m, tight)[0]
+
+
+def order_weights(
+    lines: Sequence[Line], L: int, m: int, tight: bool = True
+) -> tuple[float, list[list[float]]]:
+    """`order_floor` and the weights w = A^T lambda it tried (each a bound through `least`; [],
+    with inf, where no split fits the boxes)."""
     if sum(lo for _, _, lo, _ in lines) > L or sum(hi for *_, hi in lines) < L:
-        return math.inf
+        return math.inf, []
     if any(lo > hi for _, _, lo, hi in lines):
-        return math.inf
+        return math.inf, []
     last = [0.0] * len(lines)
     last[-1] = 1.0
-    cheap = [_floor_weights(v, m) for v in (last, _equalising(lines, m))]
-    best = max(_least(lines, w, L) for w in (*cheap, _balanced(lines, m)))
+    tried = [_floor_weights(v, m) for v in (last, _equalising(lines, m))]
+    tried.append(_balanced(lines, m))
+    best = max(least(lines, w, L) for w in tried)
     if not tight:
-        return best
+        return best, tried
     top = _top(lines, L, m)
     if top is not None and best >= top * (1 - 1e-9):
-        return best  # the linear programme's optimum, to rounding: no simplex needed
+        return best, tried  # the linear programme's optimum, to rounding: no simplex needed
     if (w := _game(lines, L, m)) is not None:
-        best = max(best, _least(lines, [max(x, 0.0) for x in w], L))
-    return best
+        tried.append([max(x, 0.0) for x in w])
+        best = max(best, least(lines, tried[-1], L))
+    return best, tried

@@ -43,6 +43,7 @@ from planner.search.pool_hops import neighbours, send_hops, time_boundary
 from planner.search.pool_host import host_ok, layer_caps, tightened
 from planner.search.pool_order import rank_pools
 from planner.search.pool_plan import PoolPlan, apply
+from planner.search.pool_tails import TailFloor, tail_floor
 from planner.search.rules import violations
 from planner.search.solver import Grid, PoolSplitProblem
 
@@ -167,7 +168,7 @@ def time_lines(job: Job, layout: Layout, known: Recomputed | None = None) -> Tim
     # samples. An estimate for the solver's objective only, no bound: the tail is neither
     # convex nor monotone in y (seed 0 of tests/search/test_pool_exact_split.random_job, L40S
     # rank 0, tp1 pp2 dp2 mbs2: 58,932 us at y = 1, 54,941 at 2, where the chord through 1
-    # and 7 says 68,054), so the bounds (`pool_bounds`, `pool_exact`) take it as 0
+    # and 7 says 68,054), so the bounds read the lines it is never below (`pool_tails`)
     _, inner, sample = send_hops(job, layout)
     chords = [(ya, yb)] + ([(1, ya)] if ya > 1 else [])
     names = ("ft", "lt", "rt", *(f"{x}{c}" for c in range(len(chords)) for x in "fl"))
@@ -331,6 +332,7 @@ def plan_split(
     p: PoolSplitProblem | None = None,
     cutoff_s: float | None = None,
     over: list[PoolPlan] | None = None,
+    tails: TailFloor | None = None,
 ) -> PoolPlan | None:
     """Solve the split of `layout`'s degrees over the pools and score it exactly; None when no
     split fits (by the solver, or by the exact model after RESOLVE_TRIES tightenings), or when
@@ -339,13 +341,15 @@ def plan_split(
     (pools, layers) order among equally fast ones: a defined answer; then every split whose
     bound is below its step and `cutoff_s`, where few (`pool_exact.refine`): the exact model's
     fastest, the first in (pools, layers) order of equally fast ones. Fits: the GPUs and every
-    host (`pool_host`); where only the GPUs fit, the fastest such goes to `over`."""
+    host (`pool_host`); where only the GPUs fit, the fastest such goes to `over`. `tails`: the
+    layout's tail floor in the bounds (`pool_tails.tail_floor`, computed where not given)."""
     if p is None:
         p = problem(job, layout, headroom_pct, recompute and layout.recompute == "none")
+    tails = tail_floor(job, layout) if tails is None else tails
     cutoff_us = None if cutoff_s is None else cutoff_s * 1e6
     missed: list[PoolPlan] = []  # fit the GPUs, over a host
     for _ in range(RESOLVE_TRIES):
-        splits = best_splits(p, cutoff_us)
+        splits = best_splits(p, cutoff_us, tails)
         best: PoolPlan | None = None
         miss: PoolPlan | None = None  # this try's fastest over a host
         first: memory.MemoryReport | None = None
@@ -382,4 +386,5 @@ def plan_split(
     if best is None:
         return None
     score = scorer(job, layout, headroom_pct, p)
-    return refine(p, rank_pools(p), best, score, cutoff_s)
+    orders = rank_pools(p, [tails.column(k) for k in range(len(job.pools))])
+    return refine(p, orders, best, score, cutoff_s, tails=tails)

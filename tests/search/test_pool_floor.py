@@ -24,6 +24,7 @@ from planner.model import cost
 from planner.model import pools as model_pools
 from planner.search import pool_bounds, pool_data, pool_search, pools
 from planner.search.pool_plan import PoolPlan
+from planner.search.pool_tails import NONE, tail_floor
 from planner.search.rules import violations
 
 HEADROOM = 3.0
@@ -44,9 +45,15 @@ def _plains(job: Job) -> list[Layout]:
 
 def _floor(job: Job, lay: Layout, tight: bool = True) -> float:
     """The search's floor of a layout (`pool_search._by_bound`): `lower_bound_s` of
-    `pools.floor_lines`, less 1e-9 of itself."""
+    `pools.floor_lines`, with the layout's tail floor where `tight`, less 1e-9 of itself."""
     least = pools.floor_lines(job, lay)
-    return 0.0 if least is None else pool_bounds.lower_bound_s(least, tight) * (1 - 1e-9)
+    tails = tail_floor(job, lay) if tight else NONE
+    return 0.0 if least is None else pool_bounds.lower_bound_s(least, tight, tails) * (1 - 1e-9)
+
+
+def _bound(job: Job, lay: Layout) -> float:
+    """The bound of the layout's exact time lines with its tail floor."""
+    return pool_bounds.lower_bound_s(pools.time_lines(job, lay), True, tail_floor(job, lay))
 
 
 @pytest.mark.parametrize("name", list(JOBS))
@@ -54,7 +61,7 @@ def test_the_floor_lines_bound_is_below_the_bound_of_the_exact_lines(name: str) 
     job = JOBS[name]()
     tight = 0
     for lay in _plains(job):
-        exact = pool_bounds.lower_bound_s(pools.time_lines(job, lay))
+        exact = _bound(job, lay)
         for cheap in (False, True):  # the linear programme's optimum grows with every line
             floor = _floor(job, lay, not cheap)
             assert floor <= exact, (lay.describe(), cheap, floor, exact)
@@ -81,16 +88,25 @@ def test_more_ranks_than_half_the_layers_with_a_per_layer_pattern() -> None:
 
 @pytest.mark.parametrize("name", list(JOBS))
 def test_layouts_come_in_the_order_of_their_exact_bound(name: str) -> None:
-    """What the lazy queue yields is a stable sort of every layout by its lines' bound, each
-    with the lines `time_lines` gives it."""
+    """What the lazy queue yields is a stable sort of every layout by its lines' bound with its
+    tail floor (the larger where its hosts cap its stages' layers: `capped_bound_s`; each
+    floor below both, `test_the_floor_lines_bound_is_below_the_bound_of_the_exact_lines`),
+    each with the lines `time_lines` gives it and its own tail floor."""
     job = JOBS[name]()
     todo = pool_search.layouts(job)
     lines = {lay: pools.time_lines(job, lay) for lay in _plains(job)}
-    want = sorted(todo, key=lambda lay: pool_bounds.lower_bound_s(lines[lay.with_(zero_stage=1)]))
+
+    def key(lay: Layout) -> float:
+        caps, tails = pools.host_caps(job, lay), tail_floor(job, lay)
+        capped = pool_bounds.capped_bound_s(lines[lay], caps, tails) if caps else None
+        return max(_bound(job, lay), capped or 0.0)
+
+    want = sorted(todo, key=key)
     got = list(pool_search._by_bound(job, todo, pools.Recomputed(), []))
-    assert [lay for lay, _, _ in got] == want
-    assert all(t == lines[lay.with_(zero_stage=1)] for lay, t, _ in got)
-    assert all(b == pool_bounds.lower_bound_s(t) for _, t, b in got)  # no host offload
+    assert [lay for lay, *_ in got] == want
+    assert all(t == lines[lay.with_(zero_stage=1)] for lay, t, _, _ in got)
+    assert all(tails == tail_floor(job, lay) for lay, _, tails, _ in got)
+    assert all(b == key(lay) for lay, _, _, b in got)
 
 
 def test_shared_recomputed_samples_change_no_line() -> None:
