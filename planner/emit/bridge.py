@@ -185,7 +185,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     whole_step = False
     if job.cuda_graphs:  # per-layer graphs: Bridge captures them with Transformer Engine's
         whole_step = cuda_graph_impl(plan) == "full_iteration"  # (its refusals), not
-        # Megatron-LM's "local", which utils/cuda_graph.py refuses outside full iteration;
+        # Megatron-LM's "local", which utils/cuda_graph.py:146-154 refuses outside full
+        # iteration (the launched plan is priced so: `launch_pricing.bridge_graphs`);
         # the whole step as Bridge's own set_full_iteration_cuda_graph writes it (regions
         # empty). TransformerConfig.cuda_graph_modules ("full", its default: whole layers);
         # the recipe's deprecated cuda_graph_scope cleared, which Megatron-Core refuses beside

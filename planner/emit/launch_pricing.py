@@ -9,9 +9,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.emit import megatron
+from planner.inputs.errors import InputError
 from planner.inputs.job import Job
 from planner.inputs.plan import Plan
 from planner.model import adam_step, cost, memory
+from planner.search.rules import graphs
 
 HEADROOM = memory.DEFAULT_HEADROOM_PCT
 """The headroom (percent) a launch judges its plan at where none is given: `check`'s default."""
@@ -30,7 +32,16 @@ FLAGLESS = (
 Megatron-Core runs, what the launched job then does, in words)."""
 
 
-def core_launched(job: Job) -> tuple[Job, tuple[str, ...], tuple[str, ...]]:
+PER_OP_NOTE = (
+    "training.selective_recompute = 'per_op' has no Megatron flag: this job recomputes the "
+    "modules of --recompute-modules (Megatron's selective recompute, default core_attn: "
+    "transformer_config.py:1940-1960 @d98e8a64), as planner launch predicts it"
+)
+"""The note of a plan that times PyTorch's per-op policy under selective recompute, which the
+rules refuse for Megatron (`rules.selective_policy`) and a launch that reaches it reprices."""
+
+
+def core_launched(plan: Plan) -> tuple[Job, tuple[str, ...], tuple[str, ...]]:
     """(the job as Megatron-Core runs it, the notes saying so, the plan settings that plan it):
     the training-code choices neither Megatron-LM nor Megatron-Bridge has a switch for
     (`megatron.unflagged`) are launched as Megatron-Core runs them: its fused norms
@@ -38,9 +49,15 @@ def core_launched(job: Job) -> tuple[Job, tuple[str, ...], tuple[str, ...]]:
     (sp_keeps_gathered_input), its column-parallel backward that overlaps the TP collectives
     with the GEMMs (tp_backward_overlap), its vocab-parallel cross entropy over the local logits
     (cross_entropy "pytorch" / "gathered"; `Job.megatron_loss` then says which of its kernels
-    the target writes)."""
+    the target writes), its selective recompute of the layout's modules where the plan times
+    PyTorch's per-op policy (`PER_OP_NOTE`)."""
+    job = plan.job
     changed: dict[str, object] = {}
     notes, settings = [], []
+    if job.recompute_policy(plan.require_layout().recompute) == "per_op":
+        changed["selective_recompute"] = "core_attn"
+        settings.append('selective_recompute = "core_attn"')
+        notes.append(PER_OP_NOTE)
     for field, launched, runs in FLAGLESS:
         if getattr(job, field) != launched:
             changed[field] = launched
@@ -102,7 +119,7 @@ def megatron_lm_launched(plan: Plan, target: str, headroom_pct: float = HEADROOM
       plan was ranked and is checked with."""
     if target not in MEGATRON_LM_TARGETS:
         return plan
-    job, core, _ = core_launched(plan.job)
+    job, core, _ = core_launched(plan)
     notes = (*plan.launch_notes, *core)
     if job.fp8_attention:
         job, notes = replace(job, fp8_attention=False), (*notes, megatron.FP8_ATTENTION_NOTE)
@@ -124,13 +141,50 @@ BRIDGE_OPTIMIZER_NOTE = (
 )
 
 
+BRIDGE_GRAPHS = (
+    "Megatron-Bridge captures per-layer CUDA graphs with Transformer Engine only: it raises on "
+    'cuda_graph_impl "local" outside full-iteration graphs (utils/cuda_graph.py:146-154 '
+    "@067f987d)"
+)
+
+
+def bridge_graphs(plan: Plan, job: Job) -> tuple[Job, tuple[str, ...]]:
+    """(the job with the CUDA graphs Megatron-Bridge runs, the note saying so): per-layer graphs
+    of the local implementation, or of none named (which the Megatron-LM targets launch as
+    local), are launched as transformer_engine graphs (`BRIDGE_GRAPHS`), which capture the MoE
+    router without its preprocess and then keep the pre-MLP norm's output
+    (`graph_capture.keeps_pre_moe_norm`). Where Megatron-Core asserts against the launched
+    graphs (`rules.graphs`: moe recompute with a captured router, transformer_config.py
+    :2860-2869 @d98e8a64) the launch is refused, naming the field (InputError, exit 2)."""
+    if not job.cuda_graphs or job.cuda_graph_impl in ("transformer_engine", "full_iteration"):
+        return job, ()
+    lay = plan.require_layout()
+    run = replace(job, cuda_graph_impl="transformer_engine")
+    found = graphs.module_conflict(run) or graphs.conflict(run, lay)
+    if found is not None and found != (graphs.module_conflict(job) or graphs.conflict(job, lay)):
+        # (what the plan's own graphs break, every target refuses: `common.cuda_graph_impl`)
+        field, why = found
+        raise InputError(
+            f"{plan.path or '<plan>'}: {field}: {BRIDGE_GRAPHS}, and with those graphs {why}; "
+            "launch with a Megatron-LM target (--target torchrun, megatron-args, slurm, k8s), "
+            "which writes --cuda-graph-impl local"
+        )
+    named = repr(job.cuda_graph_impl) if job.cuda_graph_impl else "unset"
+    note = (
+        f"training.cuda_graph_impl {named}: {BRIDGE_GRAPHS}; this job runs transformer_engine "
+        "graphs, as planner launch predicts it"
+    )
+    return run, (note,)
+
+
 def bridge_launched(plan: Plan) -> Plan:
     """The plan as Megatron-Bridge launches it: its bf16 and bf16-with-NVFP4 presets give the
     optimizer fp8_recipe "tensorwise" (BRIDGE_OPTIMIZER_NOTE), which turns the precision-aware
     optimizer's decoupled path off (`Job.optimizer_fp8_recipe`); the FP8 presets set the plan's
-    own recipe."""
-    job, core, _ = core_launched(plan.job)
-    notes = (*plan.launch_notes, *core, *cross_entropy_note(plan, job))
+    own recipe. Per-layer CUDA graphs run as Transformer Engine's (`bridge_graphs`)."""
+    job, core, _ = core_launched(plan)
+    job, graphed = bridge_graphs(plan, job)
+    notes = (*plan.launch_notes, *core, *cross_entropy_note(plan, job), *graphed)
     if job.precision != "fp8" and adam_step.decoupled(job) and job.main_params_dtype == "fp32":
         job, notes = (
             replace(job, optimizer_fp8_recipe="tensorwise"),
@@ -182,7 +236,7 @@ def megatron_lm_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str
     ranked, run = cost.estimate(plan.job, lay), cost.estimate(ran.job, lay)
     peak = peak_text(memory.estimate(ran.job, lay, headroom_pct))
     targets = [t for t in MEGATRON_LM_TARGETS if not plan.job.pools or t in POOL_TARGETS]
-    _, core, core_settings = core_launched(plan.job)
+    _, core, core_settings = core_launched(plan)
     changes = [f"has no flag for {n.split(' has no Megatron flag')[0]}" for n in core]
     settings = list(core_settings)
     if plan.job.cross_entropy != "fused":

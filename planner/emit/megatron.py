@@ -29,6 +29,7 @@ from __future__ import annotations
 import shlex
 from dataclasses import dataclass
 
+from planner.emit import pools
 from planner.emit.common import (
     comment_block,
     cuda_graph_impl,
@@ -322,7 +323,8 @@ def unflagged(plan: Plan) -> list[str]:
     if job.recompute_policy(plan.require_layout().recompute) == "per_op":
         notes.append(
             f"training.selective_recompute = {job.selective_recompute!r} has no Megatron flag: "
-            "--recompute-granularity selective recomputes the core attention"
+            "--recompute-granularity selective recomputes the modules of --recompute-modules "
+            "(default core_attn)"
         )
     return notes
 
@@ -352,6 +354,8 @@ def arguments(plan: Plan) -> Arguments:
     job = plan.job
     if job.precision == "fp4" and job.fp4_param_gather and plan.require_layout().zero_stage == 0:
         notes.append(FP4_PARAM_GATHER_NOTE)
+    if job.pools:  # the arguments name no pool: a read-back is one GPU kind's
+        notes.append(pools.READ_BACK_NOTE)
     return Arguments(
         model=tuple(model_args(plan)),
         parallel=tuple(parallel_args(plan)),

@@ -31,6 +31,15 @@ from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.model.pools import pool_stages, replica_gpus, stage_gpus
 
+READ_BACK_NOTE = (
+    "cluster.pools have no Megatron-LM flag: every rank gets these same arguments (the launcher "
+    "places each pipeline rank on its pool), so `planner check --megatron-args` reads them back "
+    "as one GPU kind (its --gpu for every rank) and predicts another step and peak than this "
+    "header's, which are the pools'; check the plan file for those"
+)
+"""The note of a pooled plan's Megatron-LM arguments (`planner.emit.megatron.arguments`): what
+they cannot express, so that a read-back's figures are not taken for the plan's."""
+
 
 def pool_nodes(plan: Plan) -> list[tuple[str, int, int, int]]:
     """Per pool in pipeline order: (name, nodes, GPUs per node, first node rank); each pool must

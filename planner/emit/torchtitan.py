@@ -17,6 +17,9 @@ emitted TOML is checked against it):
   into micro-batches of pipeline_parallel_microbatch_size and runs k schedules a step, train.py
   :561), without PP the micro-batch (train.py accumulates global / (local x dp) of them).
 - [activation_checkpoint] mode none | full | selective with selective_ac_option "op" or "N".
+- [debug] deterministic, and moe_force_load_balance for forced-balance routing (the models
+  that read it: `torchtitan_toml.FORCE_BALANCE_MODELS`; gpt_oss's is refused, naming the
+  module target).
 - [compile], [quantize.linear.float8] (with model.converters = ["quantize.linear.float8"], the
   name e347b1e5 registers the converter under; no recipe_name for tensorwise, its recipe-less
   path, which alone takes the FSDP float8 all-gather). Its filter_fqns keep the output layer in
@@ -58,6 +61,7 @@ from planner.inputs.torchtitan_float8 import (
     GROUPED_FLOAT8,
     grouped_float8_problem,
 )
+from planner.inputs.torchtitan_toml import FORCE_BALANCE_MODELS as FORCE_BALANCE
 from planner.inputs.torchtitan_toml import plan_era_problem
 
 GPU_LINE = "planner-gpu: "
@@ -159,6 +163,13 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     refused = era_refusal(plan, name) or float8_experts_refusal(plan)
     if refused is not None:
         raise refused
+    if job.arch.is_moe and job.moe_router_force_load_balancing and name not in FORCE_BALANCE:
+        raise InputError(
+            f"{where}: training.moe_router_force_load_balancing: true, but torchtitan "
+            f"{TORCHTITAN_COMMIT[:8]}'s {name} ignores debug.moe_force_load_balance (only "
+            f"{', '.join(FORCE_BALANCE)} read it) and would route as learned, which the plan did "
+            "not time: write the module (launch --target torchtitan-module), or set it false"
+        )
     deepep = lay.ep > 1 and lay.moe_token_dispatcher_type == "flex"
     if deepep and name not in DEEPEP_MODELS:
         raise InputError(
@@ -243,6 +254,8 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     }
     if job.deterministic:  # torch's deterministic algorithms (model.determinism)
         out["debug"] = {"deterministic": True}
+    if job.arch.is_moe and job.moe_router_force_load_balancing:  # round-robin routing
+        out.setdefault("debug", {})["moe_force_load_balance"] = True
     if job.precision == "fp8":
         model["converters"] = [FLOAT8[0]]  # e347b1e5's registry name
         float8: dict[str, Any] = {

@@ -24,7 +24,9 @@ sets the tokenizer folder, dataset, loss and logging) and sets what the plan dec
   batch x sequence), the context length, the steps; CUDA graphs off (on by default at HEAD; the
   prediction has no graph pool, and PP and EP refuse them);
 - `activation_checkpoint` (None, SelectiveAC per-op, FullAC), `compile` (async TP only with
-  compile, as torchtitan requires), optimizer, LR schedule, checkpoint interval, determinism;
+  compile, as torchtitan requires), optimizer, LR schedule, checkpoint interval, determinism,
+  forced-balance routing (debug.moe_force_load_balance, round-robin: every MoE layer's router,
+  models common decoder.py:233-236);
 - the profiler off (`config.profiler.enable_profiling = False`): llama3_8b() and llama3_70b()
   turn it on (llama3/config_registry.py:203-206, 276-279: a traced step every 100, with a
   trace written per rank, tools/profiler.py), which the predicted steady-state step has not.
@@ -321,6 +323,8 @@ def render(plan: Plan, job_name: str) -> str:
         body.append(f"config.hf_assets_path = {base.hf_folder!r}  # its tokenizer: set the path")
     if job.deterministic:
         body.append("config.debug.deterministic = True")
+    if job.arch.is_moe and job.moe_router_force_load_balancing:  # every MoE layer's router
+        body.append("config.debug.moe_force_load_balance = True")
     head = comment_block(
         [
             *header(plan, "torchtitan module", job_name, p),

@@ -92,7 +92,7 @@ class TrainingSection(OptimizerFields):
     selective_recompute: SelectivePolicy | None = Field(
         default=None,
         description="what recompute = 'selective' recomputes: core_attn (Megatron) or per_op "
-        "(PyTorch per-op checkpointing, torchtitan's 'op' mode)",
+        "(PyTorch per-op checkpointing, torchtitan's 'op' mode; torchtitan's only)",
     )
     fp8_param_gather: Flag | None = Field(
         default=None, description="fp8: weights kept only in fp8 (Megatron --fp8-param-gather)"

@@ -172,9 +172,9 @@ DEFAULTS: Fields = {
 (backend :304); the optimizer's implementation, components/optimizer/optimizer.py:109-111; the
 default activation checkpointing trainer.py:108-110; the checkpointer's, trainer.py:105-107;
 the loss's, trainer.py:116; CUDA graphs on, configs.py:75-85; the `UNMODELLED` ones,
-configs.py:70-209 and 368), as benchmarks/data/torchtitan_head_config.md cites them; the records
-of the fields the plan does not read (`torchtitan_records.TRAINER_DEFAULT_RECORDS`), whose fields
-are checked by name."""
+configs.py:70-209; forced load balance, :368), as benchmarks/data/torchtitan_head_config.md
+cites them; the records of the fields the plan does not read
+(`torchtitan_records.TRAINER_DEFAULT_RECORDS`), whose fields are checked by name."""
 
 
 def lookup(values: Fields, path: tuple[str, ...]) -> Any:
@@ -302,13 +302,12 @@ UNMODELLED: frozenset[tuple[str, ...]] = frozenset(
         ("training", "enable_cpu_offload"),
         ("training", "mixed_precision_param"),
         ("training", "dtype"),
-        ("debug", "moe_force_load_balance"),
     }
 )
 """Fields that move memory, time or the stages in a way planner does not model: the reader takes
 each at its torchtitan default only (`DEFAULTS`; the sequence-parallel switch, the stages by
-layer count, a schedule from a CSV, FSDP's CPU offload, fp32 parameters, forced load
-balance)."""
+layer count, a schedule from a CSV, FSDP's CPU offload, fp32 parameters; forced load balance,
+debug.moe_force_load_balance, is read: `torchtitan_tables`)."""
 
 
 _AC = ("debug", "determinism_check", "preserve_rng_state")

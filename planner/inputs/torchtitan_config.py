@@ -35,7 +35,7 @@ from planner.inputs import torchtitan_refusals as refusals
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml, read_file
 from planner.inputs.plan import Plan, parse_plan
-from planner.inputs.torchtitan import MODELS, check_reduce_dtype
+from planner.inputs.torchtitan import MODELS, MOE_MODELS, check_reduce_dtype
 from planner.inputs.torchtitan_pipeline import batches, get, pipeline
 
 FLAVORS = {v: k for k, v in MODELS.items()}
@@ -201,6 +201,12 @@ def _document(
         training["cross_entropy"] = "gathered"
     if get(doc, where, "debug", "deterministic", bool, False):
         training["deterministic"] = True
+    if get(doc, where, "debug", "moe_force_load_balance", bool, False):
+        ignored = _force_balance(name, toml)
+        if ignored is None:
+            training["moe_router_force_load_balancing"] = True  # round-robin routing
+        else:
+            notes.append(("debug.moe_force_load_balance" if toml else FORCE_FIELD, ignored))
     if get(doc, where, "optimizer", "state_dtype", str, "fp32") == "bf16":
         training["optimizer_state_dtype"] = "bf16"  # fused_opt_states_bf16 (b5bcd76c)
     titan: dict[str, Any] = {
@@ -284,6 +290,25 @@ def _document(
         "parallel": parallel,
         "torchtitan": titan,
     }
+
+
+FORCE_FIELD = "config.debug.moe_force_load_balance"
+"""How a Python configuration names the forced-balance switch (`_force_balance`)."""
+
+
+def _force_balance(name: str, toml: bool) -> str | None:
+    """None where torchtitan's `name` routes round-robin under debug.moe_force_load_balance
+    (read as the plan's moe_router_force_load_balancing), else why it is read as off: a model
+    without MoE layers, or at e347b1e5 (`toml`) one whose args do not copy it
+    (`torchtitan_toml.FORCE_BALANCE_MODELS`)."""
+    if name not in MOE_MODELS:
+        return f"true: {name} has no MoE router: read as nothing"
+    if toml and name not in torchtitan_toml.FORCE_BALANCE_MODELS:
+        return (
+            f"true: {torchtitan_toml.ERA}'s {name} does not read it (only "
+            f"{', '.join(torchtitan_toml.FORCE_BALANCE_MODELS)} do): read as learned routing"
+        )
+    return None
 
 
 NO_GATHER = (

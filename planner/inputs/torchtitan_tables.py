@@ -147,7 +147,10 @@ class Document:
         optimizer = self.need(("optimizer",), (Record, type(None)))
         states = refusals.optimizer_states(self.where, implementation, optimizer)
         tables["optimizer"] = {"state_dtype": states}
-        tables["debug"] = {"deterministic": self.need(("debug", "deterministic"), bool)}
+        tables["debug"] = {
+            "deterministic": self.need(("debug", "deterministic"), bool),
+            "moe_force_load_balance": self.need(("debug", "moe_force_load_balance"), bool),
+        }
         if self.need(("debug", "batch_invariant"), bool):
             raise InputError(
                 f"{self.where}: config.debug.batch_invariant: True: torchtitan raises "

@@ -11,7 +11,7 @@ Python's ast), for `planner.inputs.torchtitan_config`:
   be;
 - a field that moves memory, time or the stages in a way planner does not model is taken at
   its default only (`UNMODELLED`: FSDP's CPU offload, bf16 or fp32 parameters, the stages by
-  layer count, a schedule from a CSV, forced load balance; activation checkpointing's debug
+  layer count, a schedule from a CSV; activation checkpointing's debug
   capture, early stop and per-op forced recompute, `AC_UNMODELLED`), as the Python
   configuration reader takes them (`planner.inputs.torchtitan_baselines.UNMODELLED`);
 - `model.converters` and the float8 converters' fields are read by
@@ -47,9 +47,17 @@ UNMODELLED: dict[tuple[str, str], Any] = {
     ("parallelism", "pipeline_parallel_first_stage_less_layers"): 1,
     ("parallelism", "pipeline_parallel_last_stage_less_layers"): 1,
     ("parallelism", "pipeline_parallel_schedule_csv"): "",
-    ("debug", "moe_force_load_balance"): False,
 }
 """The fields planner takes at e347b1e5's defaults only (job_config.py), with those defaults."""
+
+FORCE_BALANCE_MODELS = ("deepseek_v3", "llama4", "qwen3")
+"""e347b1e5's models whose router reads debug.moe_force_load_balance (job_config.py:995), the
+plan's `training.moe_router_force_load_balancing`: each model args' update_from_config copies it
+into its MoE arguments (models/deepseek_v3/model/args.py:111-113, models/llama4/model/args.py
+:89-91, models/qwen3/model/args.py:58-60), and the router then deals the tokens round-robin
+(models moe moe.py:234-249, :335-340). gpt_oss's (models/gpt_oss/model/args.py:75-93) does not:
+its router routes as learned whatever the TOML says. b5bcd76c's Decoder copies it into every
+MoE layer (models common decoder.py:233-236), gpt_oss's too."""
 
 
 LENIENT = frozenset(

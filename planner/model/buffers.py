@@ -148,8 +148,10 @@ def workspace_bytes(job: Job, layout: Layout) -> float:
 
 def userbuffers(job: Job, layout: Layout) -> bool:
     """Whether TE's TP-overlap userbuffers are allocated: with tp_comm_overlap at tp > 1, or
-    where the run allocates them without overlapping (`Job.tp_userbuffers`)."""
-    return (layout.tp_comm_overlap or job.tp_userbuffers) and layout.tp > 1
+    where a Megatron run allocates them without overlapping (`Job.tp_userbuffers`; torchtitan
+    allocates none, its TP being torch's: `inputs.inert` says the setting has no effect)."""
+    alone = job.tp_userbuffers and job.framework == "megatron"
+    return (layout.tp_comm_overlap or alone) and layout.tp > 1
 
 
 def tp_overlap_bytes(job: Job, layout: Layout) -> float:

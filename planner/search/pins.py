@@ -28,7 +28,7 @@ from planner.inputs.plan import Job
 from planner.search import rules
 from planner.search import space as space_mod
 from planner.search.rules import parallel as parallel_rules
-from planner.search.rules import torchtitan_shapes
+from planner.search.rules import selective_policy, torchtitan_shapes
 from planner.search.rules.context import exchange_for
 from planner.search.space import Bound, Space, Structure
 from planner.search.splits import divisors, free_form, vpp_candidates
@@ -53,6 +53,10 @@ def check_reachable(job: Job, space: Space) -> None:
     larger batch that fits (`suggest.explain_infeasible`)."""
     if job.pools:  # the pooled search reads none of the bounds (pools_suggest refuses them)
         return
+    if space.recompute == ("selective",):  # a Megatron job's per-op policy has no rung
+        v = selective_policy.per_op(job, Layout(recompute="selective"))
+        if v is not None:
+            raise InputError(f"--recompute selective: {v.field}: {v.message}")
     if _nonempty(job, space):
         return
     # the same job without the user's bounds, with the ZeRO stages its settings run with (what

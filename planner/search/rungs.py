@@ -25,7 +25,9 @@ with the GPT-OSS recipe's pair) and the rules allow it (not moe_act or layernorm
 under delayed FP8). core_attn only without flash attention: with it the module saves nothing in
 bf16 (Megatron warns so) and under FP8 only the attention output's 16-bit copy, for a second
 attention forward (not searched; a plan may set it). PyTorch's per-op policy
-(`training.selective_recompute = "per_op"`) is one rung of its own.
+(`training.selective_recompute = "per_op"`) is one rung of its own, torchtitan's only: Megatron-LM
+has none (`planner.search.rules.selective_policy`), so a Megatron job that names it has no
+selective rung.
 """
 
 from __future__ import annotations
@@ -153,9 +155,10 @@ def _without_tp_overlap(ladder: Ladder) -> Ladder:
 
 def selective(job: Job) -> list[Rung]:
     """The selective-recompute rungs of a job: Megatron's module sets the model and rules allow,
-    or PyTorch's per-op policy, which ignores them."""
+    or PyTorch's per-op policy, which ignores them (torchtitan's; none for a Megatron job that
+    names it, which Megatron-LM does not run: `rules.selective_policy`)."""
     if job.selective_recompute == "per_op":
-        return [Rung("selective")]
+        return [Rung("selective")] if job.framework == "torchtitan" else []
     arch = job.arch
     has = (
         ("layernorm", True),

@@ -197,14 +197,13 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         ),
         Space(cp=Bound(1, 1), vpp=Bound(1, 2), mbs=Bound(1, 2)),
     ),
-    "llama8b-per-op-selective": (
-        # PyTorch per-op checkpointing: selective saves memory with flash attention too (38 GiB:
-        # a selective layout makes the top K; at 40 GiB, in the model of 2026-12-07, block
-        # recompute of fewer layers fills it)
-        replace(
-            make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 32, memory_gib=38),
-            selective_recompute="per_op",
-        ),
+    "llama8b-tight-selective": (
+        # Megatron's selective module sets save memory with flash attention too (38 GiB: a
+        # selective layout, mlp recomputed, makes the top K). This case timed PyTorch's per-op
+        # policy until Megatron jobs were refused it (Megatron-LM has none,
+        # planner.search.rules.selective_policy); torchtitan's brute force searches it
+        # (tests/search/test_titan_variants.py)
+        make_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 32, memory_gib=38),
         Space(tp=Bound(1, 2), pp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 1)),
     ),
     "mixtral-states-tight": (

@@ -16,7 +16,7 @@ from planner.inputs import catalog
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
 from planner.search import rungs
-from planner.search.rules import dsa, features
+from planner.search.rules import dsa, features, selective_policy
 from planner.search.rules.features import fine_offloading
 from planner.search.rungs import FULL, NONE, Rung
 
@@ -84,11 +84,19 @@ def test_single_rungs_follow_the_model_and_the_rules() -> None:
     barred = ("mla_up_proj", "mlp", "core_attn")
     assert qn == [m for m in rungs.MODULE_SETS if not any(b in m for b in barred)]
     assert ("gdn_norm_out",) in qn
-    # PyTorch's per-op policy is one rung whatever the modules
-    assert rungs.selective(job(selective_recompute="per_op")) == [Rung("selective")]
+    # PyTorch's per-op policy is one rung whatever the modules, torchtitan's alone: Megatron-LM
+    # has no per-op policy (transformer_config.py:1940-1960 @d98e8a64 recomputes the modules)
+    titan = job("llama3.1-8b", framework="torchtitan", selective_recompute="per_op")
+    assert rungs.selective(titan) == [Rung("selective")]
+    assert rungs.selective(job(selective_recompute="per_op")) == []
 
 
-RUNG_RULES = (features.recompute, features.fine_offloading, dsa.up_proj_recompute)
+RUNG_RULES = (
+    features.recompute,
+    features.fine_offloading,
+    dsa.up_proj_recompute,
+    selective_policy.per_op,
+)
 """The rules that read a rung's recompute and offload modules (the search builds only rungs
 that pass them, rather than asking them per layout)."""
 

@@ -13,7 +13,7 @@ from dataclasses import replace
 import pytest
 
 from planner.inputs.layout import Layout
-from planner.inputs.plan import Job
+from planner.inputs.plan import Job, reframe
 from planner.model import cost, memory
 from planner.search import bound as bounds
 from planner.search import rules, rungs
@@ -174,17 +174,16 @@ def test_ep_overlap_twin_is_never_slower_but_holds_a_layer_more() -> None:
 
 
 COVER_JOBS = {
-    **{
-        name: PROBLEMS[name][0]
-        for name in ("mixtral-8x7b-16xh100", "mixtral-expert-tp", "llama8b-per-op-selective")
-    },
+    **{name: PROBLEMS[name][0] for name in ("mixtral-8x7b-16xh100", "mixtral-expert-tp")},
+    # PyTorch's per-op policy, torchtitan's (Megatron-LM has none: rules.selective_policy)
+    "llama8b-titan-per-op": reframe(PROBLEMS["llama8b-tight-selective"][0], "torchtitan"),
     "deepseek-v3-256xh800": make_job("deepseek-v3", "h800-sxm-80gb", 256, 4096, 1024),
     "qwen3-235b-64xh100": make_job("qwen3-235b-a22b", "h100-sxm-80gb", 64, 4096, 256),
 }
 """MoE jobs (every module set and fine-grained offloading rung there is): the brute-forced
 Mixtral problems, and DeepSeek-V3 (MLA, a dense MLP, shared experts) and Qwen3 235B beside
-them, their bases sampled as the search builds them; and PyTorch's per-op checkpointing (one
-selective rung, whatever its modules say)."""
+them, their bases sampled as the search builds them; and PyTorch's per-op checkpointing under
+torchtitan (one selective rung, whatever its modules say)."""
 
 
 @pytest.mark.parametrize("name", list(COVER_JOBS))

@@ -98,7 +98,6 @@ def test_write_plan_round_trips(
             "fused_norm = false",
             "fused_swiglu = false",
             'cross_entropy = "pytorch"',
-            'selective_recompute = "per_op"',
             "sp_keeps_gathered_input = true",
             "tp_backward_overlap = false",
         ):

@@ -98,7 +98,7 @@ def test_problems_exercise_the_space(references: dict[str, list[Candidate]]) -> 
     pinned = references["llama8b-pinned"]
     assert all(c.layout.tp == 2 and c.layout.pp <= 2 and c.layout.zero_stage == 1 for c in pinned)
     assert all(c.layout.recompute in ("none", "full") for c in pinned)
-    assert any(c.layout.recompute == "selective" for c in references["llama8b-per-op-selective"])
+    assert any(c.layout.recompute == "selective" for c in references["llama8b-tight-selective"])
     # on PCIe-only GPUs the shared link sets some of the top layouts' step times
     link = references["llama70b-l40s-shared-link"]
     assert any(c.performance.breakdown.link_shared > 0 for c in link)

@@ -5,7 +5,8 @@ both values) or nothing: `parallel` holds the rules on degrees, pipeline split a
 `context` those on context parallelism, `features` those on recompute, offloading, MoE dispatch
 and routing, FP8 and the expert overlap, and what Megatron only warns about; `optimizer` those of
 Muon and the CPU-offloaded optimizer; `fused_mlp` those of the experts' fused grouped MLP;
-`shared_overlap` those of the shared experts' overlap; `p2p_overlap` the interleaved
+`shared_overlap` those of the shared experts' overlap; `selective_policy` that Megatron-LM's
+selective recompute has no per-op policy; `p2p_overlap` the interleaved
 schedule's without its p2p overlap; `flex_settings` the flex dispatcher's SM
 count, HybridEP's budget and the paged stash; `hybrid` those of a hybrid Mamba stack; `gdn` those
 of gated delta nets; `dsa` those of DeepSeek sparse attention;
@@ -70,6 +71,7 @@ from planner.search.rules.pools import pools
 from planner.search.rules.precision import RULES as PRECISION_RULES
 from planner.search.rules.precision import bf16_values, tp_overlap_runs
 from planner.search.rules.rank_order import tp_pp_dp_order
+from planner.search.rules.selective_policy import per_op as per_op_selective
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
@@ -126,6 +128,7 @@ RULES: tuple[Rule, ...] = (
     weight_hash,
     deterministic,
     *FEATURE_RULES,
+    per_op_selective,
     graph_modules_rule,
     graphs_rule,
     *FUSED_MLP_RULES,

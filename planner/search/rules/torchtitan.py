@@ -178,6 +178,22 @@ def features(job: Job, lay: Layout) -> Violation | None:
             "DeepEP's default SM count under torchtitan",
         ),
         (
+            not job.flash_attention,
+            "training.flash_attention",
+            "torch's SDPA tries cuDNN, then flash attention, with no setting to unfuse it: "
+            "e347b1e5 models/attention.py:168-190, b5bcd76c models common attention.py:382-417",
+        ),
+        (
+            job.gemm_sm_margin > 0,
+            "training.gemm_sm_margin",
+            "Transformer Engine's NVTE_EXT_MARGIN_SM; torchtitan's GEMMs are torch's",
+        ),
+        (
+            job.log_grad_stats,
+            "training.log_grad_stats",
+            "--log-num-zeros-in-grad; torchtitan has no such statistic",
+        ),
+        (
             job.cross_entropy == "fused",
             "training.cross_entropy",
             'torchtitan has no fused cross entropy: "pytorch" (loss parallel, vocab-split under '
