@@ -9,10 +9,9 @@ The certified search (`planner.search.top_k`) scores no block recompute for torc
 pass adds it once the settings variants are merged (`planner.search.titan_variants`), exactly:
 every base layout of every variant whose lower bound (`bound.base_bound`, at its micro-batch size:
 no recompute is faster) is no more than the K-th merged step time is tried, with its fastest
-fitting N (the largest that fits: a rank recomputes floor(its layers / N), memory falls and time
-grows with them; which chunks hold them shifts with N, so memory is monotone in N only nearly,
-and the bisection of `fewest_every` can pass over a larger N that fits: the brute force of
-tests/search/test_titan_variants.py, every N of every base, finds none on its problems). Such a
+fitting N (the largest that fits: a rank recomputes floor(its layers / N) and time grows with
+them; which chunks hold them shifts with N, so memory is not monotone in N, and `fewest_every`
+asks each N from the largest down rather than bisecting). Such a
 candidate is listed unless a setting without it runs the base (with none, per-op selective or
 full recompute) at no more step time under any variant, or an earlier variant's every-N
 candidate does.
@@ -81,12 +80,14 @@ def fewest_every(
     job: Job, space: Space, lay: Layout, most: memory.MemoryReport | None = None
 ) -> tuple[Candidate, int] | None:
     """The every-N layout of a base with the fewest layers recomputed that fits and that
-    torchtitan's rules take, and its N; None where none does. Memory falls as layers are added
-    to the recompute, so the most of them is asked first (`most_every`, or `most` where the
-    caller asked it: where it does not fit, nothing does) and the fewest that fits is bisected
-    (as `planner.search.variants` bisects block recompute); from there the first that the rules
-    take (tests/search/test_titan_variants.py: the merged search against a brute force that
-    tries every N of every base)."""
+    torchtitan's rules take, and its N; None where none does. The most layers recomputed is
+    asked first (`most_every`, or `most` where the caller asked it: where it does not fit,
+    nothing does), then each N from the largest down, the first that fits and that the rules
+    take: memory is not monotone in N (where N makes a chunk's last layer the wrapped one, its
+    rebuild adds to the peak: QA, Llama 3.1 70B's shape in 12 layers on 32 H100, LoopedBFS, pp 2
+    vpp 3, N 6 and 4 over the GPU and 5 under it), so no bisection is exact
+    (tests/search/test_titan_variants.py: the merged search against a brute force that tries
+    every N of every base)."""
     options = every_options(lay, job.arch.num_layers)
     reports: dict[int, memory.MemoryReport] = {}
     if most is not None and options:
@@ -99,12 +100,7 @@ def fewest_every(
 
     if not options or not fits(len(options) - 1):
         return None
-    lo, hi = 0, len(options) - 1
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if fits(mid) else (mid + 1, hi)
-    for i in range(lo, len(options)):
-        n = options[i]
+    for i, n in enumerate(options):
         trial = every_n(lay, n)
         if fits(i) and not rules.violations(every_job(job, n), trial):
             return _smallest_of_equals(job, lay, options, i, trial, reports, fits)
@@ -124,8 +120,8 @@ def _smallest_of_equals(
     smallest N whose step is as fast: two N can recompute as many layers a rank at other
     positions, the same step with less memory (QA: N 7 and 6 at 3.2260893 s, 77.25 and 76.43
     GiB), and the brute force takes the smallest N of equals (tests/search/
-    test_titan_variants.py). Memory falls as N does, so each later option fits; the step does
-    not fall, so the first slower one ends the run."""
+    test_titan_variants.py). Each later option is asked whether it fits (memory is not monotone
+    in N, `fewest_every`); the step does not fall, so the first slower one ends the run."""
     n = options[i]
     best = Candidate(first, reports[i], cost.estimate(job, first))
     for k in range(i + 1, len(options)):

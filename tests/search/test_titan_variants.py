@@ -113,6 +113,29 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
         ),
         Space(framework="torchtitan", cp=Bound(1, 1), vpp=Bound(1, 2), mbs=Bound(1, 2)),
     ),
+    # QA: every-N memory is not monotone in N: Llama 3.1 70B's shape in 12 layers, LoopedBFS at
+    # pp 2 vpp 3 (3 chunks of 2 layers a rank), 12% headroom (79.64 x 0.88 = 70.08 GiB): N 6
+    # and 4 wrap a chunk's last layer (its rebuild on the peak: 70.80 GiB, over), N 5 does not
+    # (68.74, fits, 1.59992 s) and N 3 fits slower (1.67342 s); a bisection asked 4, then 3
+    "llama70b-l12-32xh100-loopedbfs": (
+        replace(
+            cut_model(
+                titan_job("llama3.1-70b", "h100-sxm-80gb", 32, 16384, 16),
+                "llama3.1-70b-l12",
+                num_layers=12,
+            ),
+            torchtitan=TorchtitanSection(pipeline_schedule="LoopedBFS"),
+        ),
+        Space(
+            framework="torchtitan",
+            tp=Bound(2, 8),
+            pp=Bound(2, 2),
+            vpp=Bound(2, 3),
+            cp=Bound(1, 1),
+            mbs=Bound(1, 1),
+            headroom_pct=12.0,
+        ),
+    ),
     # a 1.7B model replicated whole over the 8 GPUs (dp_replicate 8, shard group 1, no other
     # parallelism: e347b1e5 models/llama3/infra/parallelize.py:148-156 runs DDP) ranks 5th
     "gpt1.7b-8xh100": (
