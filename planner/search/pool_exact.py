@@ -16,9 +16,10 @@ sum_q A_jq t_q (that module's proof: a path's ops run one after another), and th
 it at least each rank's tail forms (`pool_tails`: lines no exact estimate goes into, not the
 chords of `pools.time_lines`, which are above the tail between their samples). Rank r's own
 path (D = 0: m t_r and the ranks before it) gives m (a_r + b_r y_r) <= step, so no split faster
-than a step E has y_r above (E / m - a_r) / b_r: the box the splits are listed in (`_box`; the
-tail would narrow it, and so bound the splits one by one on more layouts, which would change
-some answers: left for a change of its own).
+than a step E has y_r above (E / m - a_r) / b_r, nor, with the tail after it (the largest, at
+least rank r's o0_r + o1_r y_r), above (E - m a_r - o0_r) / (m b_r + o1_r): the box the splits
+are listed in (`_box`; it drops only splits `split_floor` puts above E, so more layouts come
+under `SPLITS` and are refined exactly).
 
 Scored (`scorer`): first the split without recompute, whose step is the least of its steps at
 any block recompute count N (recompute only adds time): where that is slower than the best so
@@ -180,14 +181,19 @@ def lowered(p: PoolSplitProblem, ks: tuple[int, ...]) -> list[Line]:
     return [(a - 1.5, b - 0.5, lo, hi) for a, b, lo, hi in order_lines(p, ks)]
 
 
-def _box(lines: Sequence[Line], L: int, m: int, step_us: float) -> list[int]:
-    """Each rank's most layers in a split whose step is at most `step_us` (its D = 0 path)."""
+def _box(
+    lines: Sequence[Line], L: int, m: int, step_us: float, tail: Sequence[TailLine] = ()
+) -> list[int]:
+    """Each rank's most layers in a split whose step is at most `step_us`: its D = 0 path,
+    m (a_r + b_r y_r), and after the pipeline the largest tail, at least rank r's own first
+    form o0_r + o1_r y_r (`pool_tails`; none where `tail` is empty)."""
     pp = len(lines)
     out = []
-    for a, b, _, _ in lines:
+    for r, (a, b, _, _) in enumerate(lines):
+        o0, o1 = (tail[r][0], tail[r][1]) if tail else (0.0, 0.0)
         most = L - (pp - 1)
-        if b > 0:
-            most = min(most, math.floor((step_us / m - a) / b))
+        if m * b + o1 > 0:
+            most = min(most, math.floor((step_us - m * a - o0) / (m * b + o1)))
         out.append(most)
     return out
 
@@ -244,7 +250,7 @@ def refine(
     boxes = []
     for ks in orders:
         lines, tail = lowered(p, ks), tails.order(ks)
-        boxes.append((ks, lines, tail, _box(lines, L, m, min(key[0] * 1e6, cut))))
+        boxes.append((ks, lines, tail, _box(lines, L, m, min(key[0] * 1e6, cut), tail)))
     if sum(_count(L, most, limit) for *_, most in boxes) > limit:
         return best
     listed: list[tuple[float, tuple[int, ...], tuple[int, ...]]] = []
