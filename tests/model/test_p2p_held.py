@@ -31,6 +31,7 @@ import random
 from pathlib import Path
 
 import pytest
+from p2p_replay import Rank, replay
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
@@ -40,27 +41,8 @@ from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.search.rules import check_plan
 
 
-class _Rank:
-    """One rank's live pipeline tensors and kept activations, the peak over every moment."""
-
-    def __init__(self, msg: float) -> None:
-        self.msg, self.acts, self.peak = msg, 0.0, 0.0
-        self.live: set[tuple[str, int]] = set()
-
-    def add(self, tag: tuple[str, int]) -> None:
-        self.live.add(tag)
-        self.snap()
-
-    def drop(self, tag: tuple[str, int]) -> None:
-        self.live.discard(tag)
-        self.snap()
-
-    def snap(self) -> None:
-        self.peak = max(self.peak, self.acts + self.msg * len(self.live))
-
-
 def replay_1f1b(k: float, pp: int, r: int, m: int, msg: float) -> float:
-    st = _Rank(msg)
+    st = Rank(msg)
     first, last = r == 0, r == pp - 1
     warm = min(pp - r - 1, m)
 
@@ -110,77 +92,9 @@ def replay_1f1b(k: float, pp: int, r: int, m: int, msg: float) -> float:
 def replay_interleaved(
     kept: tuple[float, ...], pp: int, vpp: int, r: int, m: int, g: int, msg: float
 ) -> float:
-    table = [
-        (i, c)
-        for lo in range(0, m, g)
-        for c in range(vpp)
-        for i in range(lo, m if lo + g >= m else lo + g)
-    ]
-    index = {e: n for n, e in enumerate(table)}
-    total = m * vpp
-    first, last = r == 0, r == pp - 1
-    warm = min(2 * (pp - r - 1) + (vpp - 1) * g, total)
-    steady = total - warm
-    st = _Rank(msg)
-
-    def receive(v: int, leading: bool, forward: bool) -> None:
-        if v == total - 1 and forward:
-            return
-        if leading:
-            if v < pp - 1:
-                return
-            i, c = table[v - (pp - 1)]
-            if c == vpp - 1:  # the ending rank's last chunk sends nothing on
-                return
-            consumer = index[(i, c + 1)]
-        else:
-            consumer = v + 1
-        st.add(("X" if forward else "G", consumer))
-
-    def forward(f: int) -> None:
-        c = table[f][1]
-        if not (first and c == 0):
-            assert ("X", f) in st.live, (f, r)
-            st.live.discard(("X", f))
-        st.acts += kept[c]
-        st.snap()
-        if not (last and c == vpp - 1):
-            st.add(("O", f))
-
-    def backward(b: int) -> None:
-        cb = vpp - 1 - table[b][1]
-        st.acts -= kept[cb]
-        if not (first and cb == 0):
-            st.add(("IG", b))
-        if not (last and cb == vpp - 1):
-            assert ("G", b) in st.live, (b, r)
-        st.drop(("G", b))
-
-    if not first:
-        st.add(("X", 0))
-    for v in range(warm):
-        forward(v)
-        receive(v, first, True)
-        st.drop(("O", v))  # waited and freed right after its send
-        if v == warm - 1 and steady and not last:
-            st.add(("G", 0))
-    for j in range(steady):
-        f = warm + j
-        st.drop(("O", f - 1))
-        forward(f)
-        receive(f, first, True)
-        backward(j)
-        receive(j, last, False)
-        st.drop(("IG", j - 1))
-    st.drop(("O", total - 1))
-    if not steady and not last:
-        st.add(("G", 0))
-    for v in range(steady, total):
-        backward(v)
-        st.drop(("IG", v - 1))
-        if v < total - 1:
-            receive(v, last, False)
-    return st.peak
+    """The interleaved schedule with the p2p overlap, as Megatron runs it by default
+    (`p2p_replay.replay`)."""
+    return replay(kept, pp, vpp, r, m, g, msg, overlap=True, merged=False)
 
 
 def test_1f1b_peak_is_the_replayed_peak() -> None:
