@@ -15,7 +15,6 @@ from planner.inputs.layout_split import (
     split_chunk_layers,
     split_mtp_rank,
     split_stages,
-    stage_of,
 )
 
 Recompute = Literal["none", "selective", "full"]
@@ -271,8 +270,10 @@ class Layout:
     @property
     def output_rank(self) -> int:
         """The pipeline rank of the last stage (the output layer and the loss): pp - 1, or 0
-        under the V placement (`v_stages`)."""
-        return stage_of(self.pp, self.v_stages, self.pp * self.vpp - 1)[0]
+        under the V placement (`v_stages`): `stage_of` of stage pp x vpp - 1, chunk vpp - 1 of
+        rank pp - 1, which the V places back on rank 0 where that chunk is odd (asked of
+        every rank of every layout the search estimates: without the call)."""
+        return 0 if self.v_stages and (self.vpp - 1) % 2 else self.pp - 1
 
     def chunk_layers(self, num_layers: int) -> tuple[tuple[range, ...], ...]:
         """The decoder layers of each rank's chunks, as index ranges: per rank, one range per

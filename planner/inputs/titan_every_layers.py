@@ -70,7 +70,7 @@ def recomputed(chunks: Chunks, every: int) -> Chunks:
 def last_wrapped(chunks: Chunks, every: int) -> bool:
     """Whether some chunk's last layer is wrapped. Its backward comes first and rebuilds that
     layer whole on top of all the chunk kept; a wrapped layer further in is rebuilt after the
-    plain layer behind it has freed its activations (`stage_activations.recompute_working`'s
+    plain layer behind it has freed its activations (`layer_kept.recompute_working`'s
     block case, where the last layer is recomputed only in a chunk recomputed whole)."""
     ws = wrapped(chunks, every)
     return any(len(c) and w and w[-1] == c[-1] for c, w in zip(chunks, ws, strict=True))

@@ -78,6 +78,7 @@ from planner.model import (
     weight_hash,
 )
 from planner.model.fp32 import pipeline_message_bytes
+from planner.model.interleaved_sync import chunk_counts
 from planner.model.job_memo import ModelMemo
 from planner.model.mtp_hops import Hops, interleaved_extra, standalone_hops
 from planner.model.output_time import deferred_wgrad
@@ -177,6 +178,9 @@ def estimate(job: Job, layout: Layout) -> Performance:
     exch = [0.0 if interleaved else _exchanges(lay.pp, r, hops, hop) for r in range(lay.pp)]
 
     dp_groups = dp_sync.data_parallel_groups(job.cluster, lay)
+    # the links DP shares (`stage_sync.dp_links`), of one job, layout and groups for every rank
+    # on one GPU kind: sorted once (with pools, per rank below)
+    links = (False,) * 4 if jobs else stage_sync.dp_links(job, lay, dp_groups)
     share = comms.sm_share(job.cluster, job.gemm_sm_margin)
     ep_share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
     stage_times: list[float] = []
@@ -194,6 +198,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
                 comms.sm_share(job.cluster, job.gemm_sm_margin),
                 comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin),
             )
+            links = stage_sync.dp_links(job, lay, dp_groups)
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
         c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s = mix_sums(mix)
         ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, ep_share, ep_s)
@@ -217,13 +222,13 @@ def estimate(job: Job, layout: Layout) -> Performance:
         # the stage's whole busy time, `stage_sync.other_link_seconds`) less what its own
         # link carries of other hidden traffic (`stage_sync.dp_link_hidden`)
         exposed = (tp, cp, ep_e, off)
-        extra = stage_sync.link_window_seconds(job, lay, dp_groups, exposed, (tp_h, cp_h, ep_h))
+        extra = stage_sync.window_extra(links, exposed, (tp_h, cp_h, ep_h))
         w_f, w_b = stage_sync.sync_windows(fwd, bwd, rec, extra)
         # ranks with the same layers, as counted in their mix (interleaved: chunk by chunk,
         # each chunk's sync its own), and role move the same bytes; a later rank of an
         # interleaved stage takes an earlier one's, whose shorter drain hides no more of it
         # (`interleaved_sync.chunk_sync`): the largest tail is still a rank's own
-        split = tuple(map(job.arch.kind_counts, zip(chunks))) if lay.vpp > 1 else ()
+        split = chunk_counts(job.arch, chunks) if lay.vpp > 1 else ()
         key = (tuple(n for _, n in mix), heads, rank == 0, id(job), w_f, w_b, split)
         if key not in dp_seen:
             dp_seen[key] = stage_sync.stage_sync(

@@ -40,6 +40,8 @@ its forward k the merged one holds at the end of its iteration k - 1."""
 from __future__ import annotations
 
 from functools import lru_cache
+from itertools import accumulate
+from operator import add
 
 from planner.model.megatron_order import schedule_table, warmup
 
@@ -55,21 +57,26 @@ def early_counts(
     one op n itself needs. `steady_from`: rank 0's warm-up count without the p2p overlap, from
     which on its receives are posted after the iteration's backward (`_posted_after`)."""
     total = m * vpp
-    counts = [0] * (total + 1)
-    if vpp < 2 or pp < 2:
-        return tuple(counts)
+    if vpp < 2 or pp < 2 or group <= pp:
+        # a receive posted at iteration k for entry k - (pp - 1) of micro-batch i is consumed
+        # by (i, c + 1), L entries later (L: the size of i's group, at most `group`), so it is
+        # early at no n in [k + 1, k - pp + 1 + L): none where the group is at most pp
+        return (0,) * (total + 1)
     table = schedule_table(m, vpp, group)
     index = {entry: k for k, entry in enumerate(table)}
+    starts = [0] * (total + 1)  # receives alive from entry n on, less those gone by it
     for k in range(pp - 1, total - 1):
         i, c = table[k - (pp - 1)]
         if c == vpp - 1:  # the ending rank's last chunk sends nothing on
             continue
         consumer = index[(i, c + 1)]
         # alive after op k (n = k + 1 done) until op `consumer` starts; early while
-        # the next op (n) is not its consumer
-        for n in range(_posted_after(k, steady_from), consumer):
-            counts[n] += 1
-    return tuple(counts)
+        # the next op (n) is not its consumer: each n in [_posted_after, consumer) counts it
+        start = _posted_after(k, steady_from)
+        if consumer > start:
+            starts[start] += 1
+            starts[consumer] -= 1
+    return tuple(accumulate(starts))
 
 
 def _posted_after(k: int, steady_from: int | None) -> int:
@@ -115,9 +122,14 @@ def held_counts(
     total = m * vpp
     warm = warmup(pp, vpp, rank, m * vpp, group)
     first, last = rank == 0, rank == pp - 1
+    n = total - warm  # steady iterations
+    if n <= 0:
+        return ()
     if vpp == 1:
         both = (not last) + (not first)
-        return tuple(both if k else 0 for k in range(total - warm))
+        return tuple(both if k else 0 for k in range(n))
+    if overlap and not merged:  # the plain schedule with the p2p overlap: a closed form
+        return _overlapped(pp, vpp, rank, m, group, warm, n)
     table = schedule_table(m, vpp, group)
     index = {entry: k for k, entry in enumerate(table)}
 
@@ -132,7 +144,7 @@ def held_counts(
         return c > 0 and index[(i, c - 1)] + pp - 1 <= by
 
     out = []
-    for k in range(total - warm):
+    for k in range(n):
         f = warm + k
         nxt = f + 1 < total and (not first or table[f + 1][1] > 0)
         output = not (last and table[f][1] == vpp - 1)
@@ -155,6 +167,43 @@ def held_counts(
         else:  # rank 0's wrapped input: there if posted before iteration f (at g above pp)
             out.append(sent + grad(k) + early(f + 1, f - 1))
     return tuple(out)
+
+
+def _overlapped(
+    pp: int, vpp: int, rank: int, m: int, group: int, warm: int, n: int
+) -> tuple[int, ...]:
+    """`held_counts` of an interleaved rank with the p2p overlap and no EP merge (its loop's
+    `sent + grad(k) + nxt` branch), n >= 1 steady iterations after `warm` warm-up forwards."""
+    total = m * vpp
+    first, last = rank == 0, rank == pp - 1
+    if not first and not last:  # each of the four but the first's prev and the last's next
+        return (2,) if n == 1 else (3, *(4,) * (n - 2), 3)
+    # steady forward k (f = warm + k): the next forward's input but after the step's last
+    # forward (on the first rank none into chunk 0), the forward's output (none from the last
+    # rank's last chunk), backward k's gradient (it runs chunk vpp - 1 - table's: none into the
+    # last rank's), the previous backward's input gradient but before the first (none out of
+    # the first rank's chunk 0): each a 0 / 1 per entry, from the table's chunks (`_marks`)
+    above_0, below_top = _marks(m, vpp, group)  # chunk > 0 (so not 0), chunk < vpp - 1
+    nxt = (above_0[warm + 1 : total] if first else (1,) * (n - 1)) + (0,)
+    output = below_top[warm:total] if last else (1,) * n
+    grad = above_0[:n] if last else (1,) * n
+    prev = (0,) + (below_top[: n - 1] if first else (1,) * (n - 1))
+    return tuple(map(add, map(add, nxt, output), map(add, grad, prev)))
+
+
+@lru_cache(maxsize=1 << 10)
+def _marks(m: int, vpp: int, group: int) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per entry of the schedule table (`megatron_order.schedule_table`), 1 where its chunk is
+    above 0, and 1 where it is below vpp - 1, else 0: what `held_counts` reads of the table,
+    for every rank alike. Each group of L micro-batches runs chunks 0 .. vpp - 1, L entries
+    each."""
+    above: list[int] = []
+    below: list[int] = []
+    for first in range(0, m, group):
+        size = min(group, m - first)
+        above += [0] * size + [1] * (size * (vpp - 1))
+        below += [1] * (size * (vpp - 1)) + [0] * size
+    return tuple(above), tuple(below)
 
 
 def transient(pp: int, vpp: int, rank: int, m: int, group: int) -> int:

@@ -47,7 +47,8 @@ Mechanisms, from the code (not fitted to any published memory figure):
 
 from __future__ import annotations
 
-from planner.inputs.layout import Layout, stage_of
+from planner.inputs.layout import Layout
+from planner.inputs.layout_split import stage_of
 from planner.inputs.plan import Job
 from planner.model import comms, dp_sync
 from planner.model.job_memo import JobMemo

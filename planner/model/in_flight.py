@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.model.early_receives import early_counts, held_counts
-from planner.model.megatron_order import schedule_table, warmup
+from planner.model.megatron_order import table_chunks, warmup
 
 
 def group_size(layout: Layout, group: int | None = None) -> int:
@@ -109,13 +109,7 @@ def schedule_peak(
         if any(early):
             return _with_early(kept, max(m, 1), group, warm, early, message, rank == 0, extra)
     steady = total - warm if m % group else min(total - warm, group * vpp + 1)
-    order: list[int] = []
-    start = 0
-    while len(order) < warm + steady and start < m:
-        size = min(group, m - start)
-        for c in range(vpp):
-            order += [c] * size
-        start += group
+    order = table_chunks(m, vpp, group)  # each forward's chunk, in Megatron's table order
     held = sum(kept[c] for c in order[:warm])
     peak = held
     for j in range(steady):
@@ -125,6 +119,28 @@ def schedule_peak(
             peak = now
         held -= kept[vpp - 1 - order[j]]
     return peak
+
+
+def one_period(
+    vpp: int, layout: Layout, rank: int, m: int, name: str, group: int | None, message: float
+) -> bool:
+    """Whether `schedule_peak` of `vpp` chunks (`len(kept)`) at m micro-batches is the same at
+    every m for which this holds (the other arguments alike), with held messages or without:
+    the interleaved walk (neither all forwards first nor a V), the groups whole (m a
+    multiple of g, the group), no early receive walked (rank 0's and the last rank's, at g > pp:
+    `early_counts` is all 0 at g <= pp, as a receive's consumer comes g entries after the
+    entry it was posted for, pp - 1 before its posting), and the steady state longer than one
+    period: m vpp - w >= g vpp + 2, w the warm-up, 2 (pp - rank - 1) + (vpp - 1) g. Then the
+    warm-up is w, one period (g vpp + 1 steps) is walked, and what it reads is the table's
+    first w + g vpp + 1 entries, the same for every m of whole groups, and the first g vpp + 1
+    of `held_counts`, whose entry k reads the table's first w + k + 2 entries and whether
+    k < m vpp - w - 1 (true for every one of them)."""
+    if vpp < 2 or vpp != layout.vpp or name in ALL_FORWARDS_FIRST or name in V_SCHEDULES:
+        return False
+    pp, g = layout.pp, group_size(layout, group)
+    if m % g or (message and rank in (0, pp - 1) and g > pp):
+        return False
+    return m * vpp - (2 * (pp - rank - 1) + (vpp - 1) * g) >= g * vpp + 2
 
 
 def _with_early(
@@ -142,7 +158,7 @@ def _with_early(
     early receive: `early` indexed by the forwards done on the first rank (`first`), by the
     backwards done on the last; after the steady forward k also `extra[k]` messages."""
     vpp = len(kept)
-    order = [c for _, c in schedule_table(m, vpp, group)]
+    order = table_chunks(m, vpp, group)
     total = len(order)
     ops = "F" * warm + "FB" * (total - warm) + "B" * warm
     held = peak = 0.0

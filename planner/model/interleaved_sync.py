@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import NamedTuple
 
+from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
+from planner.model.job_memo import ModelMemo
 
 
 def last_group(lay: Layout, m: int) -> int:
@@ -79,7 +81,22 @@ def chunk_exposed(shares: Sequence[float], chunked: Chunked) -> float:
     rank 0 (lead 0) at least chunk 0's share shows, the embedding's gradients with it."""
     _, gap, lead = chunked
     done = worst = 0.0
-    for c, share in enumerate(shares):
+    for c, share in enumerate(shares):  # the maxima inline, as `max` takes them (on a rise)
         done += share
-        worst = max(worst, done - max(gap * c, lead))
+        launch = gap * c
+        if lead > launch:
+            launch = lead
+        past = done - launch
+        if past > worst:
+            worst = past
     return worst
+
+
+_COUNTS: ModelMemo[tuple[range, ...], tuple[tuple[int, ...], ...]] = ModelMemo()
+"""Each chunk's layers of each kind (`ModelArch.kind_counts`) per model and chunks."""
+
+
+def chunk_counts(arch: ModelArch, chunks: tuple[range, ...]) -> tuple[tuple[int, ...], ...]:
+    """Each of a rank's chunks' layers of each kind, remembered per model and chunks: what tells
+    apart two interleaved ranks' chunk-by-chunk syncs (`chunk_sync`) for `cost.estimate`."""
+    return _COUNTS.get(arch, chunks, lambda: tuple(map(arch.kind_counts, zip(chunks))))

@@ -9,6 +9,7 @@ everything once it holds more than a few jobs (a process plans one job, a benchm
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import fields
 from typing import Any, ClassVar, Generic, TypeVar
 
 from planner.inputs.plan import Job
@@ -85,3 +86,25 @@ class ModelMemo(Generic[K, V]):
         value = make()
         self._entries[id(model), key] = (model, value)
         return value
+
+
+_HASHED: dict[type, tuple[str, ...]] = {}
+"""Per dataclass, the fields its generated `__hash__` reads (`kept_hash`)."""
+
+
+def kept_hash(obj: Any) -> int:
+    """The hash a frozen dataclass's generated `__hash__` returns (of the tuple of its fields
+    that hash, in field order: the same value), computed once per object and kept in its
+    `__dict__` under "_hash" (no field: `__eq__`, `__repr__` and `dataclasses.replace` read
+    the fields alone). For the values the memos here are keyed on, asked again on every look-up:
+    a `Shard` has forty fields, and a tuple's hash is never remembered. Only for classes whose
+    instances nothing changes after construction and whose `__dict__` nothing else reads."""
+    d = obj.__dict__
+    h = d.get("_hash")
+    if h is None:
+        names = _HASHED.get(type(obj))
+        if names is None:
+            hashed = (f for f in fields(obj) if (f.compare if f.hash is None else f.hash))
+            names = _HASHED[type(obj)] = tuple(f.name for f in hashed)
+        h = d["_hash"] = hash(tuple([d[n] for n in names]))
+    return h

@@ -6,6 +6,8 @@ and `get_pp_rank_microbatches`). `planner.model.schedule.op_order` walks them;
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 
 def schedule_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
     """Megatron's schedule table: (micro-batch, chunk) per entry, in groups of `group`
@@ -16,6 +18,21 @@ def schedule_table(m: int, vpp: int, group: int) -> list[tuple[int, int]]:
         for c in range(vpp)
         for i in range(first, m if first + group >= m else first + group)
     ]
+
+
+@lru_cache(maxsize=1 << 10)
+def table_chunks(m: int, vpp: int, group: int) -> tuple[int, ...]:
+    """The chunk of each entry of `schedule_table` (its second column), remembered: every rank
+    of a layout walks the same table (`in_flight`, `early_receives`), and the search asks for
+    the ranks of thousands of layouts that share their m, vpp and group. The same values as
+    the table's, entry by entry: each group of micro-batches [first, min(first + group, m))
+    runs chunk by chunk."""
+    out: list[int] = []
+    for first in range(0, m, group):
+        size = min(group, m - first)
+        for c in range(vpp):
+            out += [c] * size
+    return tuple(out)
 
 
 def warmup(

@@ -35,19 +35,19 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass, fields, replace
-from functools import cached_property
+from dataclasses import fields, replace
 from operator import itemgetter
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import buffers, fsdp2, pools, titan_accumulation
+from planner.model import buffers, fsdp2, pools, stage_activations, titan_accumulation
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
+from planner.model.memory_report import MemoryReport, StageMemory, new_stage
 from planner.model.rank_states import rank_state, step_bytes
 from planner.model.schedule import Chunks, layer_count
 from planner.model.shard import Shard
-from planner.model.stage_activations import PerLayer, per_layer, shard, stage_activations
+from planner.model.stage_activations import PerLayer, per_layer, shard
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES
 NCCL_BYTES_PER_GROUP = buffers.NCCL_BYTES_PER_GROUP
@@ -83,87 +83,6 @@ DEFAULT_HEADROOM_PCT = 3.0
 """Capacity kept free by default: the allocator's reserve and run-to-run variation."""
 
 
-@dataclass(frozen=True)
-class StageMemory:
-    """Bytes on one GPU of one pipeline stage."""
-
-    stage: int
-    layers: int
-    weights: float
-    grads: float
-    optimizer: float
-    activations: float
-    """Activation bytes, the allocator's fragmentation on them included."""
-    other: float
-    """Buffers (FP8 weight caches, gradient buckets, gathered ZeRO-3 layers, their fragmentation,
-    workspaces, communication buffers) and the fixed costs (CUDA context, NCCL)."""
-    unallocated: float = 0.0
-    """Of the above, what PyTorch's allocator does not count as allocated: the CUDA context, NCCL,
-    the buffers other libraries allocate themselves, and the fragmentation (reserved but free)."""
-    grad_copy: float = 0.0
-    """What the optimizer step holds beside the states (`rank_states.step_bytes`: the fp32 copies
-    of 16-bit gradients, Muon's working set, the unscaled 16-bit states; the allocator's
-    fragmentation on them included): after the activations are freed, so the stage's peak holds
-    the larger of the two."""
-    pool: str = ""
-    """The pool this stage runs on ("" for a one-kind cluster)."""
-    gpu: str = ""
-    """Its GPU's catalog name ("" for a one-kind cluster: the cluster's)."""
-    capacity: float = 0.0
-    """Usable bytes of its GPU (with pools; 0 = the report's `capacity`)."""
-
-    @property
-    def total(self) -> float:
-        """The stage's peak: the model states and buffers, and the larger of its activations
-        (in the backward) and what the optimizer step holds (`grad_copy`)."""
-        held = max(self.activations, self.grad_copy)
-        return self.weights + self.grads + self.optimizer + held + self.other
-
-    @property
-    def at_step(self) -> bool:
-        """Whether the stage peaks at the optimizer step (`grad_copy` above its activations),
-        not in the backward."""
-        return self.grad_copy > self.activations
-
-    @property
-    def allocated(self) -> float:
-        """What `torch.cuda.max_memory_allocated()` would report on this stage's worst rank."""
-        return self.total - self.unallocated
-
-
-@dataclass(frozen=True)
-class MemoryReport:
-    stages: tuple[StageMemory, ...]
-    capacity: float
-    """Usable bytes: the GPU's memory less the headroom."""
-    physical: float
-    headroom_pct: float
-
-    def room(self, st: StageMemory) -> float:
-        """The usable bytes of a stage's GPU."""
-        return st.capacity or self.capacity
-
-    @cached_property
-    def worst(self) -> StageMemory:
-        """The stage nearest its capacity (with one GPU kind: the largest); found once per
-        report (`peak`, `fits` and `shortfall` all read it, the search's rungs each)."""
-        return max(self.stages, key=lambda st: st.total - self.room(st))
-
-    @property
-    def peak(self) -> float:
-        return self.worst.total
-
-    @property
-    def fits(self) -> bool:
-        return self.shortfall <= 0
-
-    @property
-    def shortfall(self) -> float:
-        """Bytes over capacity on the worst stage (<= 0 when it fits)."""
-        st = self.worst
-        return st.total - self.room(st)
-
-
 def stage_memory(
     job: Job,
     layout: Layout,
@@ -186,7 +105,7 @@ def stage_memory(
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
     counted += buffers.dataloader_mask_bytes(job, layout, rank)  # Megatron-LM's default
     frag = fragmentation(job)
-    return StageMemory(
+    return new_stage(
         stage=rank,
         layers=layer_count(chunks),
         weights=weights,
@@ -200,9 +119,10 @@ def stage_memory(
 
 
 _ACTIVATIONS: JobMemo[tuple[object, ...], float] = JobMemo()
-"""`stage_activations` per job, layout (`_activations_key`) and rank: the search estimates the
+"""`stage_activations` per job, layout (`_ACTIVATIONS_VALUES`) and rank: the search estimates the
 memory of each ZeRO stage, and of each rung with and without the TP overlap, on the same
-activations."""
+activations. Cleared with its parts (`stage_activations.ACTIVATION_PARTS`)."""
+_ACTIVATIONS.clears(stage_activations.ACTIVATION_PARTS)
 
 _ACTIVATIONS_READ = tuple(
     f.name for f in fields(Layout) if f.name not in ("zero_stage", "tp_comm_overlap")
@@ -212,15 +132,10 @@ _ACTIVATIONS_READ = tuple(
 `rank_states.rank_state`'s and `buffers.fixed_bytes`')."""
 
 _ACTIVATIONS_VALUES = itemgetter(*_ACTIVATIONS_READ)
-"""A layout's `__dict__` to its `_ACTIVATIONS_READ` values, as a tuple (one C call)."""
-
-
-def _activations_key(layout: Layout, rank: int) -> tuple[object, ...]:
-    """The values of the fields the activations read (`_ACTIVATIONS_READ`, in field order) and
-    the rank: two layouts have equal keys exactly when they differ at most in the fields not
-    read. A flat tuple of plain values (no layout object: the memo holds thousands, which the
-    garbage collector then need not walk)."""
-    return (*_ACTIVATIONS_VALUES(layout.__dict__), rank)
+"""A layout's `__dict__` to its `_ACTIVATIONS_READ` values, as a tuple (one C call): with the
+rank, `_ACTIVATIONS`' key. Two layouts have equal keys exactly when they differ at most in the
+fields not read; a flat tuple of plain values (no layout object: the memo holds thousands, which
+the garbage collector then need not walk)."""
 
 
 def _activations(
@@ -233,10 +148,11 @@ def _activations(
 ) -> float:
     """`stage_activations` of rank `rank` (`chunks`), with 16-bit linear inputs where its chunks
     hold the job's bf16 layers, remembered (`_ACTIVATIONS`: the rank's chunks are the layout's
-    split's, in the key). `known`: the layout's `shard` and `per_layer` where the caller has
-    them, else `shards` makes them (once for the caller's ranks), else they are made here."""
+    split's, in the key; its parts `stage_activations.remembered_parts`). `known`: the layout's
+    `shard` and `per_layer` where the caller has them, else `shards` makes them (once for the
+    caller's ranks), else they are made here."""
     memo = _ACTIVATIONS.of(job)
-    key = _activations_key(layout, rank)
+    key = (*_ACTIVATIONS_VALUES(layout.__dict__), rank)
     acts = memo.get(key)
     if acts is None:
         sh, per = known
@@ -248,7 +164,8 @@ def _activations(
         if sh.quantised and bf16_ranges(job, chunks):  # unquantised inputs (bf16_layers)
             quantised, sh = per, replace(sh, linear_bytes=sh.value_bytes)
             per = per_layer(job.arch, sh)
-        acts = memo[key] = stage_activations(job, layout, rank, chunks, sh, per, quantised)
+        parts = stage_activations.remembered_parts(job, layout, rank, chunks, sh, per, quantised)
+        acts = memo[key] = stage_activations.peak_bytes(job, layout, rank, sh, per, parts)
     return acts
 
 
@@ -314,22 +231,29 @@ def estimate(
     headroom_pct: float = DEFAULT_HEADROOM_PCT,
     all_stages: bool = True,
     known: StageMemory | None = None,
+    fixed: tuple[float, float] | None = None,
 ) -> MemoryReport:
     """Per-stage memory of a layout that passed `planner.search.rules`. With all_stages=False
     only the stages that can hold the peak are computed (the search's fast path; the peak is the
-    same). `known`: one rank's `stage_memory` of the layout, where the caller has it."""
+    same). `known`: one rank's `stage_memory` of the layout, `fixed` its `buffers.fixed_bytes`
+    (on one GPU kind), where the caller has them."""
     job = titan_accumulation.sub_job(job)  # torchtitan: one of its k pipeline schedules
     if job.pools:
         return _pooled(job, layout, headroom_pct)
-    return _one_kind(job, layout, headroom_pct, all_stages, known)
+    return _one_kind(job, layout, headroom_pct, all_stages, known, fixed)
 
 
 def _one_kind(
-    job: Job, layout: Layout, headroom_pct: float, all_stages: bool, known: StageMemory | None
+    job: Job,
+    layout: Layout,
+    headroom_pct: float,
+    all_stages: bool,
+    known: StageMemory | None,
+    fixed: tuple[float, float] | None = None,
 ) -> MemoryReport:
     chunks = layout.chunk_layers(job.arch.num_layers)
     ranks = range(len(chunks)) if all_stages else _peak_candidates(job, layout, chunks)
-    fixed = buffers.fixed_bytes(job, layout)  # rank-independent: once for every stage
+    fixed = fixed or buffers.fixed_bytes(job, layout)  # rank-independent: once for every stage
     made: list[tuple[Shard, PerLayer]] = []
 
     def shards() -> tuple[Shard, PerLayer]:  # once, where some rank's activations are not known

@@ -29,7 +29,7 @@ caller)."""
 
 def moe_working(arch: ModelArch, sh: Shard, layout: Layout, full: tuple[float, ...]) -> float:
     """Bytes an MoE layer of the stage holds while it runs, not kept afterwards; `full`, each
-    layer kind's whole activations (`stage_activations.PerLayer.full`). Remembered (`_WORKING`)."""
+    layer kind's whole activations (`layer_kept.PerLayer.full`). Remembered (`_WORKING`)."""
     dispatcher = _dispatcher(layout)
     key = (sh, dispatcher, layout.ep, layout.ep_comm_overlap, full)
     overlap = layout.ep_comm_overlap

@@ -1,5 +1,5 @@
 """The module Megatron's selective recompute rebuilds in the backward: working memory on top of
-what the layers keep, as full recompute's rebuilt layer is (`stage_activations.recompute_working`).
+what the layers keep, as full recompute's rebuilt layer is (`layer_kept.recompute_working`).
 
 A checkpointed module keeps only its inputs; its backward runs the forward again and holds what
 the forward would have kept until its own backward frees it (Megatron-LM d98e8a64

@@ -13,6 +13,7 @@ from planner.inputs.job import Job
 from planner.inputs.layout import RecomputePolicy
 from planner.inputs.plan_types import CudaGraphImpl, DsaKernelBackend, UnfusedAttention
 from planner.model import dsa
+from planner.model.job_memo import kept_hash
 
 BF16 = 2
 FP32 = 4
@@ -185,6 +186,9 @@ class Shard:
     seq_length: int = 0
     """The whole sequence: the keys DSA's queries see (context parallelism gathers them); 0 =
     seq_per_cp_rank."""
+
+    def __hash__(self) -> int:  # the generated hash, once per shard (the memos' keys)
+        return kept_hash(self)
 
     @property
     def quantised(self) -> bool:

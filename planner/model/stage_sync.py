@@ -216,7 +216,7 @@ def gathered_param_bytes(
     return mean(fp8_dense, dense), mean(fp8_expert, expert)
 
 
-def _dp_links(
+def dp_links(
     job: Job, lay: Layout, groups: tuple[comms.Group, comms.Group]
 ) -> tuple[bool, bool, bool, bool]:
     """Whether a stage's (TP, CP, expert all-to-all, host offload copies) traffic runs on a
@@ -264,7 +264,7 @@ def other_link_seconds(
 ) -> float:
     """Seconds per micro-batch of a stage's `exposed` (TP, CP, expert all-to-all, host offload
     copies) traffic that runs on links other than its data-parallel groups' (`groups`,
-    `dp_sync.data_parallel_groups`; which are other: `_dp_links`): time the stage waits with
+    `dp_sync.data_parallel_groups`; which are other: `dp_links`): time the stage waits with
     the DP stream free to send.
 
     The DP collectives run on NCCL's stream beside the compute stream (Megatron-LM d98e8a64
@@ -281,7 +281,7 @@ def other_link_seconds(
     stage, which would need each stage's end from the schedule (`cost.estimate` adds the sync
     after the whole pipeline), nor each micro-batch's wait of a faster stage on the slowest (the
     pooled search's per-rank tail lines could not bound a tail that reads other ranks' times)."""
-    return _off_dp(exposed, _dp_links(job, lay, groups))
+    return _off_dp(exposed, dp_links(job, lay, groups))
 
 
 def dp_link_hidden(
@@ -291,7 +291,7 @@ def dp_link_hidden(
     hidden: tuple[float, float, float],
 ) -> float:
     """Seconds per micro-batch of a stage's `hidden` (TP, CP, expert all-to-all) traffic that
-    runs on a link of its data-parallel `groups` (`_dp_links`): seconds of the compute during
+    runs on a link of its data-parallel `groups` (`dp_links`): seconds of the compute during
     which that link already carries another stream, so DP's collectives cannot use them. A
     second of compute hides at most a second of traffic on one link: where both took it whole,
     a slower GPU's longer compute hid its growth twice over (one more second of window for TP's
@@ -299,7 +299,7 @@ def dp_link_hidden(
     predicted shorter (QA property test, a power cut: -0.17%). The host copies hidden under the
     compute of a PCIe-only GPU are left to its link's floor (`shared_link`, which counts them
     once each way), as before."""
-    return _on_dp(hidden, _dp_links(job, lay, groups))
+    return _on_dp(hidden, dp_links(job, lay, groups))
 
 
 def link_window_seconds(
@@ -311,12 +311,21 @@ def link_window_seconds(
 ) -> float:
     """`other_link_seconds` of `exposed` less `dp_link_hidden` of `hidden`, the links sorted
     once: what a stage's waits add to its DP windows per micro-batch (`sync_windows`' extra)."""
-    on = _dp_links(job, lay, groups)
+    return window_extra(dp_links(job, lay, groups), exposed, hidden)
+
+
+def window_extra(
+    on: tuple[bool, bool, bool, bool],
+    exposed: tuple[float, float, float, float],
+    hidden: tuple[float, float, float],
+) -> float:
+    """`link_window_seconds` with the links (`on`: `dp_links` of the stage's job, layout and
+    groups) sorted already: `cost.estimate` sorts them once for every rank of one GPU kind."""
     return _off_dp(exposed, on) - _on_dp(hidden, on)
 
 
 def _off_dp(exposed: tuple[float, ...], on: tuple[bool, ...]) -> float:
-    """The seconds of `exposed` on links DP does not use (`on`: `_dp_links`)."""
+    """The seconds of `exposed` on links DP does not use (`on`: `dp_links`)."""
     return sum(s for s, shared in zip(exposed, on, strict=True) if not shared)
 
 

@@ -34,6 +34,7 @@ from planner.model.ep_overlap import ep_exposed as ep_exposed
 from planner.model.gemm import Gpu
 from planner.model.host_floor import issued_layer
 from planner.model.job_memo import JobMemo
+from planner.model.layer_kept import sub_counts
 from planner.model.layer_keys import LAYER_CORES
 from planner.model.layer_parts import ATTENTION_CORES, PARTS
 from planner.model.layer_time import Layer, gpu_of, layer_time
@@ -41,7 +42,6 @@ from planner.model.layer_tp import TP_CHARGES
 from planner.model.mtp_precision import mtp_quantised
 from planner.model.output_time import mtp_projection, output_layer_time
 from planner.model.schedule import Chunks
-from planner.model.stage_activations import sub_counts
 from planner.model.vision_time import EncoderTime, block_of, encoder_time
 
 LAYER_TIMES: JobMemo[tuple[object, ...], tuple[Gpu, tuple[Layer, ...], float, Layer | None]] = (

@@ -9,7 +9,8 @@ is `cost.compute_floor`."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
+from operator import itemgetter
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
@@ -31,7 +32,7 @@ from planner.search.fsdp_bound import applies as fsdp_applies
 from planner.search.fsdp_bound import fsdp_exposed
 from planner.search.pipe_floor import pipeline_floor, scaled_floor
 from planner.search.rank_groups import rank_counts, rank_values
-from planner.search.rungs import NONE
+from planner.search.rungs import NONE, RUNG_FIELDS
 
 
 def rank_floors(job: Job, layout: Layout) -> tuple[int, list[float], list[float], list[float]]:
@@ -312,19 +313,23 @@ def _plain_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     TP seconds only grow with recompute); the layer times read no ZeRO stage (`stage_time._FIXED`).
     tests/search/test_top_k.py and tests/search/test_bound.py check base_bound below every
     variant of their problems' bases."""
-    lay = NONE.on(layout).with_(zero_stage=1)
     memo = PLAIN_STAGES.of(job)
-    hit = memo.get(lay)
+    key = _PLAIN_KEY(layout.__dict__)
+    hit = memo.get(key)
     if hit is None:
-        hit = memo[lay] = _plain_stages(job, lay)
+        hit = memo[key] = _plain_stages(job, NONE.on(layout).with_(zero_stage=1))
     return hit
 
 
-PLAIN_STAGES: JobMemo[Layout, tuple[int, list[float]]] = JobMemo()
+PLAIN_STAGES: JobMemo[tuple[object, ...], tuple[int, list[float]]] = JobMemo()
 """`_plain_stage_times` per job and layout without memory savers (at ZeRO 1: they read no ZeRO
-stage). They read the layer times and the layout alone, no setting of torchtitan's FSDP2, so
+stage), keyed on the fields that layout takes from the layout asked (`_PLAIN_KEY`: all but the
+ZeRO stage and those `Rung.on` sets, `rungs.RUNG_FIELDS`, NONE's whatever the layout's). They
+read the layer times and the layout alone, no setting of torchtitan's FSDP2, so
 `titan_variants.Variant.job` shares them as it shares the layer times; cleared with those
 (`stage_time.LAYER_TIMES`)."""
+_PLAIN_UNREAD = (*RUNG_FIELDS, "zero_stage")
+_PLAIN_KEY = itemgetter(*(f.name for f in fields(Layout) if f.name not in _PLAIN_UNREAD))
 LAYER_TIMES.clears(PLAIN_STAGES)
 
 

@@ -44,7 +44,7 @@ from planner.inputs.layout import (
     RecomputeModule,
 )
 from planner.inputs.plan import Job
-from planner.model.job_memo import JobMemo
+from planner.model.job_memo import JobMemo, kept_hash
 from planner.search.rules import graphs, recompute_allows_overlap
 from planner.search.rules.dsa import up_proj_recompute_barred
 
@@ -84,6 +84,17 @@ OFFLOAD_WITH: tuple[tuple[RecomputeModule, ...], ...] = (
 """The module sets the recipes recompute, each tried with offloading too (besides none)."""
 
 
+RUNG_FIELDS = (
+    "recompute",
+    "recompute_modules",
+    "recompute_method",
+    "recompute_num_layers",
+    "cpu_offloading_num_layers",
+    "offload_modules",
+)
+"""The layout fields `Rung.on` sets (and the TP overlap, which it keeps or turns off)."""
+
+
 @dataclass(frozen=True)
 class Rung:
     """One setting of the memory savers."""
@@ -97,6 +108,9 @@ class Rung:
     """False: the base's TP communication overlap turned off (its userbuffers freed)."""
     offload_modules: tuple[OffloadModule, ...] = ()
     """Fine-grained activation offloading's modules (Megatron --offload-modules)."""
+
+    def __hash__(self) -> int:  # the generated hash, once per rung (the searches' dict keys)
+        return kept_hash(self)
 
     def on(self, lay: Layout) -> Layout:
         """The base layout with this rung's settings."""

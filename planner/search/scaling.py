@@ -36,6 +36,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import TorchtitanSection
 from planner.model.performance import Performance
+from planner.model.stage_activations import ACTIVATION_PARTS
 from planner.model.stage_time import LAYER_TIMES
 from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
@@ -72,6 +73,11 @@ def job_at(job: Job, num_gpus: int) -> Job:
     except (ValidationError, ValueError) as e:
         raise InputError(f"num_gpus: {num_gpus} GPUs: {e}") from None
     out = replace(job, cluster=cluster)
+    if not job.pools:
+        # a rank's activations but what reads its micro-batches or expert parallelism read the
+        # model and the training code, never the cluster (`stage_activations.remembered_parts`):
+        # every size shares them, as the layouts of its size's dp alike
+        ACTIVATION_PARTS.share(out, job)
     if not job.pools and same_placement(job.cluster, cluster):
         # one layer's time reads the cluster's GPU, clocks, HBM, link tiers and where its groups
         # lie (`planner.model.placement`), never the number of GPUs otherwise: sizes that place

@@ -66,6 +66,8 @@ class StageRungs:
     (`_hot_stage`)."""
     fixed: dict[bool, tuple[float, float]] = field(default_factory=dict)
     """`buffers.fixed_bytes` of the stage's rungs, by their TP overlap (`_hot_stage`)."""
+    lays: dict[Rung, Layout] = field(default_factory=dict)
+    """Each rung's layout (`layout_of`)."""
     twin_key: tuple[object, ...] | None = None
     """Where the base has Megatron's EP overlap: the `lean_key` of the same stage of the base
     without it (`space.bases` tries that first), whose failures are this stage's too: with the
@@ -83,8 +85,15 @@ class StageRungs:
 
     def time_of(self, rung: Rung) -> Performance:
         if rung not in self.timed:
-            self.timed[rung] = cost.estimate(self.job, rung.on(self.zbase))
+            self.timed[rung] = cost.estimate(self.job, self.layout_of(rung))
         return self.timed[rung]
+
+    def layout_of(self, rung: Rung) -> Layout:
+        """`rung.on(zbase)`, made once (its memory, step time and bound each read it)."""
+        lay = self.lays.get(rung)
+        if lay is None:
+            lay = self.lays[rung] = rung.on(self.zbase)
+        return lay
 
     def fits(self, rung: Rung, fails: bool = False) -> MemoryReport | None:
         """The rung's memory report where it fits, else None (each estimated once). Not
@@ -99,14 +108,15 @@ class StageRungs:
             if fails or own or self.failed(rung) or self._leaner_failed(rung):
                 self._misfit(rung)
                 return None
-            lay = rung.on(self.zbase)
-            hot = self._hot_stage(lay) if _single(rung) else None
+            lay = self.layout_of(rung)
+            fixed = self._fixed(lay)
+            hot = self._hot_stage(lay, fixed) if _single(rung) and fixed else None
             if hot is not None and hot.total - self._capacity() > 0:
                 self.lean_fails.setdefault((self.lean_key, rung), mbs)
                 self._misfit(rung)
                 return None
             # the hot stage, where asked, is the estimate's own (not computed again)
-            rep = memory.estimate(self.job, lay, self.headroom_pct, False, hot)
+            rep = memory.estimate(self.job, lay, self.headroom_pct, False, hot, fixed)
             self.over[rung] = rep.shortfall
             self.hot = rep.worst.stage
             if not rep.fits:
@@ -116,30 +126,36 @@ class StageRungs:
             self.known[rung] = rep
         return self.known[rung]
 
-    def _hot_stage(self, lay: Layout) -> memory.StageMemory | None:
+    def _fixed(self, lay: Layout) -> tuple[float, float] | None:
+        """The rung's `buffers.fixed_bytes`, as `memory.estimate` computes them on one GPU kind
+        (None for pools: the estimate's stages each on their own pool's GPU). They read of a
+        rung only its TP overlap (the degrees, the micro-batch size, the dispatcher, its backend
+        and SMs, and the TP overlap; a rung sets the recompute and offloading fields besides),
+        so the stage's are asked once per overlap (tests/search/test_stage_fixed.py)."""
+        job = titan_accumulation.sub_job(self.job)  # as `memory.estimate` takes it
+        if job.pools:
+            return None
+        overlap = lay.tp_comm_overlap
+        fixed = self.fixed.get(overlap)
+        if fixed is None:
+            fixed = self.fixed[overlap] = buffers.fixed_bytes(job, lay)
+        return fixed
+
+    def _hot_stage(self, lay: Layout, fixed: tuple[float, float]) -> memory.StageMemory:
         """The stage of rank `hot` alone (`memory.stage_memory`, as `memory.estimate` computes
         each stage of a one-kind job: the same job, layout, rank and chunks, so the same
-        figures); None for pools (each stage on its own pool's GPU: the estimate alone says).
-        Where it is over the capacity so is the layout's worst stage, and it does not fit (the
-        estimate's stages always hold rank 0, and `hot` is one of them: the stages that can hold
-        the peak read the split, which no rung changes). Its bytes over the capacity are not
+        figures), with its fixed buffers (`_fixed`: one GPU kind; pools' stages each on their
+        own pool's GPU, the estimate alone says). Where it is over the capacity so is the
+        layout's worst stage, and it does not fit (the estimate's stages always hold rank 0, and
+        `hot` is one of them: the stages that can hold the peak read the split, which no rung
+        changes). Its bytes over the capacity are not
         known then: only a single rung's memory is asked this way (a ladder's bisection reads
         them, `smallest_fitting`). Most rungs that do not fit are over on that one stage
         (DeepSeek-V3 on 2,048 H800: 1,659 of the 1,919 its search asks), which spares the
         estimate the other stages; where it is not over, the estimate takes it as its own
         stage of that rank (`memory.estimate`'s `known`) rather than computing it again."""
         job = titan_accumulation.sub_job(self.job)  # as `memory.estimate` takes it
-        if job.pools:
-            return None
         chunks = lay.chunk_layers(job.arch.num_layers)
-        # the fixed buffers read of a rung only its TP overlap (`buffers.fixed_bytes`: the
-        # degrees, the micro-batch size, the dispatcher, its backend and SMs, and the TP
-        # overlap; a rung sets the recompute and offloading fields besides), so the stage's are
-        # asked once per overlap (tests/search/test_stage_fixed.py)
-        overlap = lay.tp_comm_overlap
-        fixed = self.fixed.get(overlap)
-        if fixed is None:
-            fixed = self.fixed[overlap] = buffers.fixed_bytes(job, lay)
         return memory.stage_memory(job, lay, self.hot, chunks[self.hot], fixed=fixed)
 
     def _capacity(self) -> float:
@@ -170,7 +186,7 @@ class StageRungs:
         if rung in self.timed:
             return self.timed[rung].step_time_s
         if rung not in self.bounds:
-            b = variant_bound(self.job, rung.on(self.zbase))
+            b = variant_bound(self.job, self.layout_of(rung))
             self.bounds[rung] = -math.inf if b is None else b
         return self.bounds[rung]
 

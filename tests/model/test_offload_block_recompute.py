@@ -1,5 +1,5 @@
 """Fine-grained activation offloading (Megatron --offload-modules) beside full recompute
-(planner.model.fine_offload.offloading_layers, stage_activations.PerLayer.whole, host_memory).
+(planner.model.fine_offload.offloading_layers, layer_kept.PerLayer.whole, host_memory).
 
 Oracles: Megatron-LM d98e8a64 megatron/core/recompute.py:167-181 (block recompute checkpoints a
 chunk's first recompute_num_layers layers and runs the others as they are, `cf(*args)`; uniform
@@ -22,9 +22,10 @@ from planner.inputs import catalog
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.model import fine_offload, host_memory, memory
+from planner.model.layer_kept import chunk_kept
 from planner.model.moe_activations import pairs
 from planner.model.shard import Shard
-from planner.model.stage_activations import chunk_kept, per_layer, shard, stage_activations
+from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.search.rules import check_plan
 
 LLAMA_CORE_ATTN = 8192 * 20480

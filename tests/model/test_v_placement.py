@@ -26,8 +26,9 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, Plan, parse_plan
 from planner.model import activations as act
 from planner.model import fsdp2, memory
+from planner.model.layer_kept import chunk_kept
 from planner.model.loss_activations import logits_bytes
-from planner.model.stage_activations import chunk_kept, per_layer, shard, stage_activations
+from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.model.stage_params import stage_params
 from planner.search.rules import check_plan, violations
 

@@ -19,6 +19,7 @@ from planner.inputs.layout import Layout
 from planner.model import (
     buffers,
     in_flight,
+    layer_kept,
     memory,
     schedule,
     stage_activations,
@@ -193,8 +194,8 @@ def test_chunks_kept_and_schedule_peaks_remembered_bit_for_bit(name: str) -> Non
             sched = schedule.schedule_name(job, v)
             group = microbatch_group(job, v)
             for rank, chunks in enumerate(v.chunk_layers(arch.num_layers)):
-                kept = stage_activations._chunks_kept(arch, v, (per,) * len(chunks), chunks)
-                assert kept == tuple(stage_activations.chunk_kept(arch, v, per, c) for c in chunks)
+                kept = layer_kept.chunks_kept(arch, v, (per,) * len(chunks), chunks)
+                assert kept == tuple(layer_kept.chunk_kept(arch, v, per, c) for c in chunks)
                 peak = stage_activations._peak(kept, v, rank, m, sched, group)
                 assert peak == in_flight.schedule_peak(kept, v, rank, m, sched, group)
                 checked += 1

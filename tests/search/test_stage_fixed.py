@@ -52,7 +52,9 @@ def test_the_hot_stage_is_the_stage_memory_computes(name: str) -> None:
                 for r in rungs.every(job, b.layout, space.recompute, True):
                     lay = r.on(b.layout)
                     stage.hot = len(chunks) - 1 - checked % len(chunks)
-                    got = stage._hot_stage(lay)
+                    fixed = stage._fixed(lay)  # asked once per TP overlap, as `fits` asks it
+                    assert fixed is not None
+                    got = stage._hot_stage(lay, fixed)
                     assert got == memory.stage_memory(job, lay, stage.hot, chunks[stage.hot])
                     checked += 1
     assert checked > 100
