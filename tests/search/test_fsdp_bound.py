@@ -81,7 +81,14 @@ def test_base_bound_below_every_policy_of_the_base(name: str) -> None:
                 checked += 1
             tighter[base.pp > 1] += bound > 1.05 * size_floor(vjob, base)
     assert checked > 0
-    assert tighter[False] > 0 and tighter[True] > 0
+    if name in BITING:  # the bound bites on these, with pipelining and without
+        assert tighter[False] > 0 and tighter[True] > 0
+
+
+BITING = ("llama8b-8xh100-35gib", "llama8b-8xh100-23gib", "llama70b-64xh100")
+"""The problems on whose sampled bases `base_bound` is above 1.05 x `size_floor` both with
+pipelining and without (the later ones search pipelined bases alone, LoopedBFS, or a 6-layer
+model whose pp-1 bases it does not bite on)."""
 
 
 def test_fill_drain_follows_the_schedules_bubble() -> None:
