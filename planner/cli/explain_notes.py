@@ -93,6 +93,10 @@ def routing_text(job: Job, layout: Layout) -> str | None:
     load, (kept, working) = step_load(job, layout), memory_loads(job, layout)
     if layout.ep <= 1:
         why = "one expert-parallel rank: each runs its own tokens' copies"
+    elif job.moe_router_force_load_balancing and job.framework == "torchtitan":
+        why = (
+            "forced balance, torchtitan's round robin: exact shares, remainders on the first ranks"
+        )
     elif job.moe_router_force_load_balancing:
         why = "forced balance, random routing: sampling noise only"
     else:

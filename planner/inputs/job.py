@@ -112,7 +112,8 @@ class Job:
     negative: over the actual maxima)."""
     moe_router_force_load_balancing: bool = False
     """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
-    --moe-router-force-load-balancing; `planner.model.routing_load`)."""
+    --moe-router-force-load-balancing; `planner.model.routing_load`); under torchtitan its
+    debug.moe_force_load_balance, a round robin (`planner.model.round_robin`)."""
     moe_router_dtype: Literal["fp32", "fp64"] | None = None
     """The router's dtype (Megatron --moe-router-dtype; None: the hidden states'): its
     probabilities take it, and the allgather and alltoall dispatchers cast the expert output to

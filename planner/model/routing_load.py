@@ -19,6 +19,10 @@ loads, layer by layer, not their average.
   Megatron-Bridge MoE performance recipe sets): the router's logits are replaced by random ones
   (Megatron-Core moe_utils.RandomSTE), so each token's top_k experts are k distinct experts drawn
   uniformly. The load then differs from 1 only by sampling noise (`random_routing_load`).
+- **torchtitan's forced balance** (debug.moe_force_load_balance): a round robin, no sampling:
+  every expert gets its exact share of each router's copies, the remainder on the first
+  experts, the same ones on every rank (`planner.model.round_robin`), in the step time and in
+  memory alike.
 - A capacity factor drops tokens beyond it (the smaller of it and the load); padding to it runs
   exactly it. HybridEP's per-rank budget (Megatron --moe-expert-rank-capacity-factor c) drops a
   rank's copies beyond c x its even share the same way (`rank_budget`).
@@ -38,6 +42,7 @@ from statistics import NormalDist
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model.round_robin import titan_load
 from planner.model.shard import MOE_LOAD_IMBALANCE
 
 EXPERT_LOAD_SPREAD = 0.274
@@ -130,14 +135,23 @@ def _capped(job: Job, load: float, budget: float | None = None) -> float:
     return load if budget is None else min(budget, load)
 
 
+def _round_robin(job: Job) -> bool:
+    """Forced balance as torchtitan routes it: a round robin (`planner.model.round_robin`), not
+    Megatron's random logits."""
+    return job.moe_router_force_load_balancing and job.framework == "torchtitan"
+
+
 def step_load(job: Job, lay: Layout) -> float:
     """The busiest expert-parallel rank's routed tokens over the even share, per MoE layer and
     micro-batch, for the step time (module docstring): 1 with one expert-parallel rank, the
     expected maximum of the ep ranks under forced balance (`random_routing_load`) or learned
-    routing (`learned_routing_load`)."""
+    routing (`learned_routing_load`), the exact one under torchtitan's round robin
+    (`titan_load`)."""
     budget = rank_budget(job, lay)
     if lay.ep <= 1:
         return _capped(job, 1.0, budget)
+    if _round_robin(job):
+        return _capped(job, titan_load(job, lay, lay.ep), budget)
     if job.moe_router_force_load_balancing:
         return _capped(job, random_routing_load(*_block(job, lay)), budget)
     return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, lay.ep), budget)
@@ -172,11 +186,14 @@ def node_load(job: Job, lay: Layout, nodes: int, share: float | None = None) -> 
     `learned_routing_load`(E, nodes), e.g. DeepSeek-V3's 8 nodes of 32 experts
     1 + 1.43 x 0.274 / sqrt(32) = 1.069 against its 64 ranks' 1.320: routed copies, an
     approximation of the node's spread (no per-expert load data to derive the distinct
-    tokens' from). Capped as `step_load`; 1 (capped) on one node."""
+    tokens' from). torchtitan's round robin: the busiest node's exact tokens, or its copies
+    without `share` (`titan_load`). Capped as `step_load`; 1 (capped) on one node."""
     budget = rank_budget(job, lay)
     units = min(nodes, lay.ep)  # expert TP wider than a node: an expert spans etp / g nodes
     if units <= 1:
         return _capped(job, 1.0, budget)
+    if _round_robin(job):
+        return _capped(job, titan_load(job, lay, units, share is not None), budget)
     if job.moe_router_force_load_balancing:
         tokens, experts, topk, _ = _block(job, lay)
         if share is not None:
@@ -189,8 +206,11 @@ def node_load(job: Job, lay: Layout, nodes: int, share: float | None = None) -> 
 def memory_load(job: Job, lay: Layout) -> float:
     """The same load for memory, a bound rather than an expectation (module docstring):
     MEMORY_TAIL_SIGMAS spreads above the even share under forced balance over more than one
-    expert-parallel rank, else the planning value MOE_LOAD_IMBALANCE (also with one rank, where
-    the calibrated memory rows take it)."""
+    expert-parallel rank (torchtitan's round robin: its exact load, `titan_load`, no tail), else
+    the planning value MOE_LOAD_IMBALANCE (also with one rank, where the calibrated memory rows
+    take it)."""
+    if _round_robin(job) and lay.ep > 1:
+        return _capped(job, titan_load(job, lay, lay.ep))
     if job.moe_router_force_load_balancing and lay.ep > 1:
         return _capped(job, 1.0 + MEMORY_TAIL_SIGMAS * relative_spread(*_block(job, lay)))
     return _capped(job, MOE_LOAD_IMBALANCE)

@@ -47,6 +47,27 @@ def test_explain_states_the_load_it_times_and_the_one_it_stores(
     assert explain_notes.routing_text(dense.job, dense.require_layout()) is None
 
 
+def test_explain_names_torchtitans_round_robin() -> None:
+    # torchtitan's forced balance is a round robin (b5bcd76c models common moe.py:216-233), not
+    # random logits: Qwen3-30B-A3B at ep 8, seq 4096, each rank's 4096 x 8 slots are 256 for each
+    # of the 128 experts, so the busiest rank runs exactly its share in time and memory
+    lay = Layout(tp=1, pp=1, dp=32, ep=8, zero_stage=3)
+    titan = job(
+        "qwen3-30b-a3b",
+        "h100-sxm-80gb",
+        32,
+        4096,
+        64,
+        framework="torchtitan",
+        moe_router_force_load_balancing=True,
+    )
+    text = explain_notes.routing_text(titan, lay)
+    assert text is not None and "torchtitan's round robin" in text and "random" not in text
+    assert "runs 1.000x its share" in text and "1.00x in memory" in text
+    megatron = explain_notes.routing_text(replace(titan, framework="megatron"), lay)
+    assert megatron is not None and "random routing" in megatron
+
+
 def test_explain_states_the_learned_routing_load_and_its_ranks() -> None:
     # DeepSeek-V3 on 1,024 H800 (learned routing, ep 64): the busiest of 64 ranks of 4 experts,
     # 1 + z(64) 0.274 / sqrt(4) = 1 + 2.3367 x 0.137 = 1.320 (routing_load.learned_routing_load),
