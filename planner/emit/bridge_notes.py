@@ -66,6 +66,14 @@ Megatron-Core's language_module.py `_set_attention_backend` sets them for its en
 override's string does not reach: `attention_backend`); "auto" needs none."""
 
 
+MEMORY_ENV = ("PYTORCH_CUDA_ALLOC_CONF", "NCCL_GRAPH_REGISTER")
+"""The variables of the plan's environment (planner.emit.common.environment) that set the
+allocator its memory is priced with: the expandable segments, and NCCL_GRAPH_REGISTER=0, which
+Megatron-Core asserts beside them for Transformer Engine's CUDA graphs (cuda_graphs.py
+:2193-2199 @d98e8a64). The Megatron-LM targets export them; Bridge writes them into env_vars
+(`_env_groups`)."""
+
+
 CONNECTIONS = "CUDA_DEVICE_MAX_CONNECTIONS"
 """The hardware queues the plan's environment gives (planner.emit.common.environment): "1"
 where TP / CP > 1 before Blackwell needs it, else more. Recipes set their own in env_vars
@@ -88,11 +96,21 @@ def _env_groups(plan: Plan) -> dict[str, dict[str, str]]:
     NVTE_CPU_OFFLOAD_V1=1 for fine-grained offloading (config.py raises without it on
     Transformer Engine >= 2.10), `DETERMINISM_ENV` in deterministic mode, `ATTENTION_ENV` for an
     unfused or FlashAttention-2 plan, the kernel choices the plan's environment sets
-    (`common.PLAN_KERNEL_ENV`: the GEMMs' SM margin, TE's fused grouped MLP, MXFP8 on AMD)."""
+    (`common.PLAN_KERNEL_ENV`: the GEMMs' SM margin, TE's fused grouped MLP, MXFP8 on AMD) and,
+    where the plan's memory counts expandable segments, the allocator that gives them
+    (`MEMORY_ENV`, as the scripts export it). Recipes set their own env_vars whole: the base
+    recipes' COMMON_RECIPE_ENV_VARS and the non-FSDP performance recipes hold
+    expandable_segments:True (Bridge 067f987d recipes/utils/environment_utils.py:22-33,
+    perf_recipes/llama/h100/llama3.py:55-61), which the header's second peak counts
+    (`common.exports_expandable`), but the Megatron-FSDP ones leave it unset
+    (perf_recipes/llama/b200/llama3.py:254, :274-285), so a plan priced with it must set it;
+    where the plan is priced without it, a recipe's own value (some add
+    graph_capture_record_stream_reuse) is left as it is."""
     groups = _connections(plan)
+    memory_env = MEMORY_ENV if plan.job.expandable_segments else ()
     for var in common.environment(plan):
-        if var.name in common.PLAN_KERNEL_ENV and var.value is not None:
-            groups[var.why] = {var.name: var.value}
+        if var.name in (*common.PLAN_KERNEL_ENV, *memory_env) and var.value is not None:
+            groups.setdefault(var.why, {})[var.name] = var.value
     if (backend := attention_backend(plan.job)) in ATTENTION_ENV:
         groups[f"attention_backend {backend}"] = ATTENTION_ENV[backend]
     if plan.require_layout().offload_modules:

@@ -246,10 +246,11 @@ class Prediction:
 
 def exports_expandable(plan: Plan) -> bool:
     """Whether `environment` exports PyTorch's expandable segments for a plan whose memory is
-    counted without them (training.expandable_segments false): NVIDIA, below ZeRO 2."""
+    counted without them (training.expandable_segments false): NVIDIA, below ZeRO 2, Megatron
+    (torchtitan's scripts export them only where the plan counts them: `torchtitan_run`)."""
     job = plan.job
-    nvidia = job.cluster.gpu.vendor == "nvidia"
-    return nvidia and plan.require_layout().zero_stage < 2 and not job.expandable_segments
+    exports = job.cluster.gpu.vendor == "nvidia" and job.framework == "megatron"
+    return exports and plan.require_layout().zero_stage < 2 and not job.expandable_segments
 
 
 def predict(plan: Plan) -> Prediction:

@@ -32,15 +32,6 @@ FLAGLESS = (
 Megatron-Core runs, what the launched job then does, in words)."""
 
 
-PER_OP_NOTE = (
-    "training.selective_recompute = 'per_op' has no Megatron flag: this job recomputes the "
-    "modules of --recompute-modules (Megatron's selective recompute, default core_attn: "
-    "transformer_config.py:1940-1960 @d98e8a64), as planner launch predicts it"
-)
-"""The note of a plan that times PyTorch's per-op policy under selective recompute, which the
-rules refuse for Megatron (`rules.selective_policy`) and a launch that reaches it reprices."""
-
-
 def core_launched(plan: Plan) -> tuple[Job, tuple[str, ...], tuple[str, ...]]:
     """(the job as Megatron-Core runs it, the notes saying so, the plan settings that plan it):
     the training-code choices neither Megatron-LM nor Megatron-Bridge has a switch for
@@ -49,15 +40,11 @@ def core_launched(plan: Plan) -> tuple[Job, tuple[str, ...], tuple[str, ...]]:
     (sp_keeps_gathered_input), its column-parallel backward that overlaps the TP collectives
     with the GEMMs (tp_backward_overlap), its vocab-parallel cross entropy over the local logits
     (cross_entropy "pytorch" / "gathered"; `Job.megatron_loss` then says which of its kernels
-    the target writes), its selective recompute of the layout's modules where the plan times
-    PyTorch's per-op policy (`PER_OP_NOTE`)."""
+    the target writes). (PyTorch's per-op recompute policy has no Megatron flag either, but the
+    rules refuse it before any launch: `rules.selective_policy`, which `launch` checks first.)"""
     job = plan.job
     changed: dict[str, object] = {}
     notes, settings = [], []
-    if job.recompute_policy(plan.require_layout().recompute) == "per_op":
-        changed["selective_recompute"] = "core_attn"
-        settings.append('selective_recompute = "core_attn"')
-        notes.append(PER_OP_NOTE)
     for field, launched, runs in FLAGLESS:
         if getattr(job, field) != launched:
             changed[field] = launched

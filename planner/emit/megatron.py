@@ -320,12 +320,6 @@ def unflagged(plan: Plan) -> list[str]:
             f"training.cross_entropy = {job.cross_entropy!r} has no Megatron flag (it runs its "
             "vocab-parallel cross entropy over the local logits)"
         )
-    if job.recompute_policy(plan.require_layout().recompute) == "per_op":
-        notes.append(
-            f"training.selective_recompute = {job.selective_recompute!r} has no Megatron flag: "
-            "--recompute-granularity selective recomputes the modules of --recompute-modules "
-            "(default core_attn)"
-        )
     return notes
 
 

@@ -355,4 +355,36 @@ def _parallel(line: NemoLine, recipe: Recipe) -> dict[str, Any]:
     out["sequence_parallel"] = bool(sp) and out["tp"] > 1  # NeMo turns it off at tp = 1
     distributed = line.get("optim.config.use_distributed_optimizer", True)
     out["zero_stage"] = 1 if distributed else 0
+    p2p_overlap(line, out)
     return out
+
+
+OVERLAP, BATCH = "model.config.overlap_p2p_comm", "model.config.batch_p2p_comm"
+
+
+def p2p_overlap(line: NemoLine, out: dict[str, Any]) -> None:
+    """`parallel.overlap_p2p_comm` from ModelParallelConfig's switches, which NeMo hands to
+    Megatron-Core as the line gives them (no validate_args; the recipes planner reads add no
+    MegatronCommOverlapCallback outside performance_mode, e.g. llama31_405b.py
+    pretrain_recipe, which would write its own over them): d98e8a64 model_parallel_config.py
+    :385 and :390 default the overlap off and batch_p2p_comm on; the interleaved schedule
+    raises with both on
+    (schedules.py:1086-1087), the non-interleaved one with the overlap on (:2182-2184). Off,
+    each exchange is waited for before the compute goes on, batched or not
+    (p2p_communication.py:416), as planner prices it off."""
+    overlap, batch = line.get(OVERLAP), line.get(BATCH)
+    for key, value in ((OVERLAP, overlap), (BATCH, batch)):
+        if value is not None and not isinstance(value, bool):
+            raise line.fail(key, "expected True or False")
+    if overlap is None:
+        if batch is not None:
+            raise line.fail(BATCH, f"read only beside {OVERLAP} (give both)")
+        return
+    if overlap and out["pp"] > 1 and out["vpp"] == 1:
+        why = "Megatron-Core's non-interleaved schedule raises on it (schedules.py:2182-2184)"
+        raise line.fail(OVERLAP, f"{why}: give it with vpp > 1 alone")
+    if overlap and out["vpp"] > 1 and batch is not False:
+        why = "the interleaved schedule raises beside batch_p2p_comm, on by default"
+        cite = "model_parallel_config.py:390, schedules.py:1086-1087 @d98e8a64"
+        raise line.fail(OVERLAP, f"{why} ({cite}): add {BATCH}=False")
+    out["overlap_p2p_comm"] = overlap

@@ -37,6 +37,8 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
                                                moe_flex_dispatcher_num_sms ([parallel])
     model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
       moe_mlp_glu_interleave_size)             moe_fused_grouped_mlp (moe_checks)
+    model.config.overlap_p2p_comm (with batch_p2p_comm)   overlap_p2p_comm ([parallel];
+                                               `nemo_args.p2p_overlap`)
 
 Any other `model.config.`, `trainer.strategy.[ddp.]`, `trainer.plugins.` or `optim.config.` key is
 classified by the Megatron-LM flag of its name (`--name-with-dashes`, or `--no-...`), as
@@ -150,6 +152,8 @@ SPECIAL = (
     "model.config.use_transformer_engine_op_fuser",
     "model.config.moe_grouped_gemm",
     "model.config.moe_mlp_glu_interleave_size",
+    "model.config.overlap_p2p_comm",
+    "model.config.batch_p2p_comm",
     "data.tokenizer",
     *GRAPH_KEYS,
 )

@@ -228,11 +228,10 @@ def test_non_megatron_training_code_is_noted() -> None:
         16,
         par,
         cross_entropy="pytorch",
-        selective_recompute="per_op",
         tp_backward_overlap=False,
     )
     notes = " ".join(megatron.arguments(plan).notes)
-    assert "cross_entropy" in notes and "selective_recompute" in notes
+    assert "cross_entropy" in notes
     assert "tp_backward_overlap" in notes
     assert "tp_backward_overlap" not in " ".join(
         megatron.arguments(make_plan("llama3.1-8b", 16, par)).notes
