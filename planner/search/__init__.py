@@ -7,7 +7,8 @@
 - `solver` CP-SAT for the integer sub-problems (the only module that imports ortools)
 - `bound` the lower bounds on step time the search prunes on (per structure, per base layout)
 - `top_k` exact scoring and the certified top K
-- `advice` single changes that make a layout fit (`advice_pipeline` its vpp and pp changes);
+- `advice` single changes that make a layout fit (`advice_pipeline` its vpp and pp changes,
+  `advice_offload` its offloaded shares);
   `suggest` contradictory requests, ranking by cost or goodput, why nothing fits; `scaling` the
   best layout at each GPU count
 

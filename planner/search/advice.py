@@ -4,17 +4,19 @@
 knob (ZeRO stage, recompute, partial recompute's layers (Megatron's recompute_num_layers,
 torchtitan's every N-th layer), sequence parallelism, micro-batch size, tp, pp, cp, vpp, ep,
 expert tp, whole layers offloaded to the CPU, the modules whose saved inputs go to the host (the
-sets the search tries, `rungs.OFFLOAD_SETS`); and for DeepSeek sparse attention on Megatron's
+sets the search tries, `rungs.OFFLOAD_SETS`), a larger share of those modules' groups or of the
+optimizer on the host (`advice_offload.raised`); and for DeepSeek sparse attention on Megatron's
 dense path, its sparse kernels) and must still pass `planner.search.rules`; the total GPU count
-and the global batch stay as they are, so more tp, cp or pp takes its factor from dp, less pp
+and the global batch stay as they are, so more tp, cp or pp takes its factor from dp, less
 gives it to dp, and the change says so (`tp 8 -> 16 (+ dp 4 -> 2)`), as it says whatever else
 the plan file must change with it (`_also`). Every value of a knob that can help is tried (each
 higher ZeRO stage, each smaller micro-batch, each other recompute layer count, each other vpp,
-each tp, cp, pp the data-parallel ranks leave room for, each smaller pp, each larger ep, each
-other expert tp, the fewest offloaded layers that fit; a tp from 1 with sequence parallelism and
-without), and the cheapest of each knob is kept: the one that fits at the shortest step where
-some fits, else the one that saves most. A change makes the layout fit only where what it
-offloads fits in host memory too (`planner.model.host_memory`; `planner.search.host_advice`
+each tp, cp, pp the data-parallel ranks leave room for, each smaller tp, cp or pp, each larger
+ep, each other expert tp, the fewest offloaded layers that fit, the least or fastest share that
+fits; a tp from 1 with sequence parallelism and without), and the cheapest of each knob is kept:
+the one that fits at the shortest step where some fits, else the one that saves most (a tp or cp
+given back to dp only where it fits: `gives_back`). A change makes the layout fit only where what
+it offloads fits in host memory too (`planner.model.host_memory`; `planner.search.host_advice`
 lists the changes for a layout over host memory alone).
 """
 
@@ -28,8 +30,9 @@ from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import every_n
 from planner.inputs.torchtitan import default_schedule
 from planner.model import dsa, host_memory, memory
-from planner.search import rules
+from planner.search import advice_offload, rules
 from planner.search.advice_pipeline import other_pps, other_vpps
+from planner.search.rules.torchtitan import shard_degree
 from planner.search.rungs import OFFLOAD_SETS
 
 
@@ -57,10 +60,10 @@ class Change:
 
     def describe(self) -> str:
         with_it = f" (+ {self.also})" if self.also else ""
-        return f"{self.field} {_shown(self.before)} -> {_shown(self.after)}{with_it}"
+        return f"{self.field} {shown(self.before)} -> {shown(self.after)}{with_it}"
 
 
-def _shown(value: object) -> str:
+def shown(value: object) -> str:
     """A setting as `describe` writes it: a module list comma-joined ("none" when empty)."""
     if isinstance(value, tuple):
         return ",".join(map(str, value)) or "none"
@@ -116,8 +119,12 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
     factors = _factors(lay.dp)
     for k in factors:
         yield 6, "tp", lay.tp * k, lay.with_(tp=lay.tp * k, dp=lay.dp // k)
+    for k in _factors(lay.tp):
+        yield 6, "tp", lay.tp // k, _given_back(job, lay.with_(tp=lay.tp // k, dp=lay.dp * k))
     for k in factors:
         yield 7, "cp", lay.cp * k, lay.with_(cp=lay.cp * k, dp=lay.dp // k)
+    for k in _factors(lay.cp):
+        yield 7, "cp", lay.cp // k, _given_back(job, lay.with_(cp=lay.cp // k, dp=lay.dp * k))
     for pp, reshaped in other_pps(job, lay):
         yield 8, "pp", pp, reshaped
     experts = job.arch.num_moe_experts or 1
@@ -132,6 +139,33 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
     if not lay.offload_modules and not lay.cpu_offloading_num_layers:
         for modules in OFFLOAD_SETS:  # the rules keep those the model and settings allow
             yield 4, "offload_modules", modules, lay.with_(offload_modules=modules)
+
+
+def _given_back(job: Job, new: Layout) -> Layout:
+    """A layout with tp or cp given back to dp, as the plan file so edited runs it: at tp 1
+    without sequence parallelism (Megatron turns it off there, `plan_layout`) or TP overlap
+    (which needs it: `rules.parallel.sequence_parallel`); under torchtitan at the ZeRO stage
+    its data-parallel shards now ask (FSDP2 wherever dp_shard x cp > 1: less tp leaves more of
+    them, `rules.torchtitan.sharding`)."""
+    if new.tp == 1:
+        new = new.with_(sequence_parallel=False, tp_comm_overlap=False)
+    if job.framework == "torchtitan":
+        new = new.with_(zero_stage=3 if shard_degree(job, new) > 1 else 0)
+    return new
+
+
+def gives_back(field: str, before: object, after: object) -> bool:
+    """Whether a change gives tp or cp back to dp. Such a change is listed only where it fits
+    (`memory_changes`, `host_advice`): a rank then holds more of each layer, so it saves memory
+    only where something else moves with it (fewer micro-batches a rank, so fewer in flight at
+    the pipeline's first stage; context parallelism's exchange buffers at cp 1), and the largest
+    saving of one that does not fit is no lead to follow."""
+    return (
+        field in ("tp", "cp")
+        and isinstance(before, int)
+        and isinstance(after, int)
+        and (after < before)
+    )
 
 
 def _dsa_kernels(job: Job, layout: Layout, headroom_pct: float, peak: float) -> list[Change]:
@@ -168,8 +202,9 @@ def _sp_variants(job: Job, layout: Layout, field: str, new: Layout) -> list[Layo
     where the rules need it at the new tp (MoE layers, torchtitan, DeepSeek sparse attention);
     from tp 1, where the plan's setting had no meaning (a plan that leaves it out runs with it
     at any tp > 1, one that sets it false without it), both where the rules allow it off
-    (`memory_changes` keeps the faster); else the candidate as it is."""
-    if field != "tp" or new.sequence_parallel:
+    (`memory_changes` keeps the faster); else the candidate as it is (to tp 1 without it:
+    `_given_back`)."""
+    if field != "tp" or new.sequence_parallel or new.tp == 1:
         return [new]
     with_sp = new.with_(sequence_parallel=True)
     if job.arch.is_moe or (rules.violations(job, new) and not rules.violations(job, with_sp)):
@@ -183,16 +218,23 @@ def _also(job: Job, layout: Layout, field: str, new: Layout) -> str:
     else the world size no longer adds up); the vpp a pp change re-derives (a layout string's
     stages over the new pp, or none at pp 1); sequence parallelism from tp 1, on
     (`sequence_parallel`) or off (`sequence_parallel off`: a plan that leaves it out would run
-    it at the new tp); torchtitan's schedule where the plan names none and the default at the
-    new vpp is another (1F1B at one stage a rank, Interleaved1F1B at more: a plan naming the
-    old one explicitly, the same plan, would have its stages refused)."""
+    it at the new tp), and to tp 1, off, with TP overlap (`tp_comm_overlap off`: the rules
+    refuse it without sequence parallelism, `_given_back`); the ZeRO stage torchtitan's shards
+    ask at a tp given back (`zero_stage 0 -> 3`); torchtitan's schedule where the plan names
+    none and the default at the new vpp is another (1F1B at one stage a rank, Interleaved1F1B
+    at more: a plan naming the old one explicitly, the same plan, would have its stages
+    refused)."""
     also = [f"dp {layout.dp} -> {new.dp}"] if new.dp != layout.dp else []
     if field != "vpp" and new.vpp != layout.vpp:
         also.append(f"vpp {layout.vpp} -> {new.vpp}")
     if field == "tp" and new.sequence_parallel != layout.sequence_parallel:
-        also.append("sequence_parallel")
+        also.append("sequence_parallel" if new.sequence_parallel else "sequence_parallel off")
     elif field == "tp" and layout.tp == 1:
         also.append("sequence_parallel off")
+    if new.tp_comm_overlap != layout.tp_comm_overlap:
+        also.append("tp_comm_overlap" if new.tp_comm_overlap else "tp_comm_overlap off")
+    if field != "zero_stage" and new.zero_stage != layout.zero_stage:
+        also.append(f"zero_stage {layout.zero_stage} -> {new.zero_stage}")
     named = job.titan.pipeline_schedule is not None
     was, now = default_schedule(layout.vpp), default_schedule(new.vpp)
     if job.framework == "torchtitan" and new.pp > 1 and not named and was != now:
@@ -280,19 +322,28 @@ def memory_changes(
     headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
     cost: Callable[[Job, Layout], float] | None = None,
 ) -> list[Change]:
-    """The valid single changes (`single_changes`, `_offload_layers`, `_dsa_kernels`) that lower
-    the peak, the cheapest of each knob (`cheapest_each`), those that fit first, cheapest first
-    (`by_cost`)."""
+    """The valid single changes (`single_changes`, the offloaded shares raised:
+    `advice_offload.raised`, `_offload_layers`, `_dsa_kernels`) that lower the peak, a give-back
+    of tp or cp only where it fits (`gives_back`), the cheapest of each knob (`cheapest_each`),
+    those that fit first, cheapest first (`by_cost`)."""
     base = memory.estimate(job, layout, headroom_pct)
     out = []
-    for order, field, after, new, also in single_changes(job, layout):
-        rep = memory.estimate(job, new, headroom_pct)
+
+    def judge(
+        order: int, field: str, before: object, after: object, run: Job, new: Layout, also: str = ""
+    ) -> None:
+        rep = memory.estimate(run, new, headroom_pct)
         saves = base.peak - rep.peak
-        if saves <= 0:
-            continue
-        before = field_value(layout, field)
-        fits = rep.fits and host_memory.estimate(job, new).fits
-        out.append(Change(field, before, after, new, saves, fits, order, also))
+        fits = rep.fits and host_memory.estimate(run, new).fits
+        if saves > 0 and (fits or not gives_back(field, before, after)):
+            changed = run if run is not job else None
+            out.append(Change(field, before, after, new, saves, fits, order, also, changed))
+
+    for order, field, after, new, also in single_changes(job, layout):
+        judge(order, field, field_value(layout, field), after, job, new, also)
+    for field, before, after, run, new in advice_offload.raised(job, layout, headroom_pct, cost):
+        if not rules.violations(run, new):
+            judge(4, field, before, after, run, new)
     out += _offload_layers(job, layout, headroom_pct, base.peak)
     out += _dsa_kernels(job, layout, headroom_pct, base.peak)
     return by_cost(job, cheapest_each(job, out, cost, lambda c: c.field), cost)

@@ -11,9 +11,10 @@ step-time model (its CPU update overlaps the GPU's on the rest: a few hundredths
 beat none). Where none of the range fits the GPU, the most the host holds, the nearest to
 fitting; or one fine-grained module fewer. Or a change of
 `advice.single_changes` (recompute, more tp or cp ...) that shrinks what is offloaded until it
-fits; and where none of those fits GPU memory too, each of the latter with offloading less on
-top. `planner check` lists the ones that fit both, the cheapest of each knob
-(`advice.cheapest_each`), cheapest first, as `advice.memory_changes` does for GPU memory.
+fits; and each of the latter with offloading less on top, where none of those fits GPU memory
+too or where the pair is faster than every one that does. `planner check` lists the ones that
+fit both, the cheapest of each knob (`advice.cheapest_each`), cheapest first, as
+`advice.memory_changes` does for GPU memory.
 """
 
 from __future__ import annotations
@@ -28,44 +29,7 @@ from planner.inputs.plan import Job
 from planner.model import host_memory, memory
 from planner.search import advice, rules
 from planner.search.advice import Change
-
-STEP = 0.01
-"""The fractions' grid: hundredths (Megatron takes any float; a finer one saves little)."""
-
-
-def _span(lo: int, hi: int, host: Callable[[int], bool], gpu: Callable[[int], bool]) -> range:
-    """On the integer grid [lo, hi] of an amount offloaded (the host's bytes grow with it, the
-    GPU's fall): the amounts that fit both, by bisection; where none of those that fit the host
-    fits the GPU, the most that fits the host alone (the nearest to fitting); empty where none
-    fits the host."""
-    if hi < lo or not host(lo):
-        return range(0)
-    first = lo
-    while lo < hi:  # the most that fit the host: host(lo) holds throughout
-        mid = (lo + hi + 1) // 2
-        lo, hi = (mid, hi) if host(mid) else (lo, mid - 1)
-    top = hi
-    if not gpu(top):
-        return range(top, top + 1)
-    lo = first
-    while lo < hi:  # the least that fit the GPU: gpu(hi) holds throughout
-        mid = (lo + hi) // 2
-        lo, hi = (lo, mid) if gpu(mid) else (mid + 1, hi)
-    return range(hi, top + 1)
-
-
-def _fastest(parts: range, step: Callable[[int], float]) -> int:
-    """The hundredth of `parts` (optimizer shares on the host) with the fastest `step`, the least
-    on ties. Above none, the step's optimizer part is the larger of the GPU's update, which falls
-    with the share, and the CPU's, which grows (`stage_sync.optimizer_time`): a valley, found by
-    bisection on its slope; none on the host (0), where in `parts`, is weighed beside it."""
-    lo, hi = max(parts[0], 1), parts[-1]
-    if hi < lo:
-        return parts[0]
-    while lo < hi:
-        mid = (lo + hi) // 2
-        lo, hi = (mid + 1, hi) if step(mid + 1) < step(mid) else (lo, mid)
-    return min(dict.fromkeys((parts[0], lo)), key=step)
+from planner.search.advice_offload import below, fastest, fitting, share
 
 
 def _names(modules: tuple[str, ...]) -> str:
@@ -79,25 +43,16 @@ def _candidates(
     cost: Callable[[Job, Layout], float] | None = None,
 ) -> Iterator[tuple[int, str, object, object, Job, Layout]]:
     """(rank, field, value before, value after, job, layout) of each way to offload less that
-    fits the host (`_span`): of whole layers and fine-grained shares, the least that fits the GPU
-    too (the step never gains from offloading more of them); of the optimizer, the fastest by
-    `cost` that fits both (its CPU update overlaps the GPU's: a few hundredths on the host can
-    beat none), else the least."""
+    fits the host (`advice_offload.fitting`): of whole layers and fine-grained shares, the least
+    that fits the GPU too (the step never gains from offloading more of them); of the optimizer,
+    the fastest by `cost` that fits both (its CPU update overlaps the GPU's: a few hundredths on
+    the host can beat none), else the least."""
 
     def host(j: Job, new: Layout) -> bool:
         return host_memory.estimate(j, new).fits
 
     def span(lo: int, hi: int, at: Callable[[int], tuple[Job, Layout]]) -> range:
-        def gpu(i: int) -> bool:
-            return memory.estimate(*at(i), headroom_pct).fits
-
-        return _span(lo, hi, lambda i: host(*at(i)), gpu)
-
-    def hundredths(x: float) -> int:  # the last grid point below x
-        return math.ceil(round(x / STEP, 6)) - 1
-
-    def share(i: int) -> float:
-        return round(i * STEP, 2)
+        return fitting(headroom_pct, at, lo, hi)
 
     k = lay.cpu_offloading_num_layers
     if k > 0:
@@ -107,9 +62,7 @@ def _candidates(
             yield 0, "cpu_offloading_num_layers", k, layers[0], job, new
     mods, f = lay.offload_modules, lay.activation_offload_fraction
     if mods:
-        shares = span(
-            1, hundredths(f), lambda i: (job, lay.with_(activation_offload_fraction=share(i)))
-        )
+        shares = span(1, below(f), lambda i: (job, lay.with_(activation_offload_fraction=share(i))))
         if shares:
             new = lay.with_(activation_offload_fraction=share(shares[0]))
             yield 1, "activation_offload_fraction", f, share(shares[0]), job, new
@@ -123,12 +76,35 @@ def _candidates(
         def part(i: int) -> tuple[Job, Layout]:
             return replace(job, optimizer_offload_fraction=share(i)), lay
 
-        parts = span(0, hundredths(f), part)
+        parts = span(0, below(f), part)
         if parts:
-            i = _fastest(parts, functools.cache(lambda i: cost(*part(i)))) if cost else parts[0]
+            i = fastest(parts, functools.cache(lambda i: cost(*part(i)))) if cost else parts[0]
             new_job = part(i)[0]
             field = "training.optimizer_offload_fraction"
             yield 3, field, f, new_job.optimizer_offload_fraction, new_job, lay
+
+
+def _fastest_fit(
+    job: Job, changes: list[Change], cost: Callable[[Job, Layout], float] | None
+) -> float | None:
+    """The step of the fastest change that fits (`cost`; -inf without it), None where none
+    does."""
+    steps = [cost(c.job or job, c.layout) if cost else -math.inf for c in changes if c.fits]
+    return min(steps, default=None)
+
+
+def _may_fit(job: Job, lay: Layout, headroom_pct: float) -> bool:
+    """Whether offloading less (`_candidates`) may leave a GPU change within GPU memory: each
+    way puts more back on the GPU (more layers or groups kept, a smaller optimizer share above
+    none), but none of the optimizer at all, which also leaves the precision-aware optimizer
+    that Megatron's CPU offload asserts (`advice_offload`): the GPU change fits as it is, or
+    with its optimizer on the GPU."""
+    if memory.estimate(job, lay, headroom_pct).fits:
+        return True
+    if job.optimizer_offload_fraction == 0:
+        return False
+    on_gpu = replace(job, optimizer_offload_fraction=0.0)
+    return memory.estimate(on_gpu, lay, headroom_pct).fits
 
 
 def host_changes(
@@ -141,10 +117,12 @@ def host_changes(
     those that also fit GPU memory first, then cheapest (`advice.by_cost`); `Change.saves` is
     the host bytes a GPU they free (on pools, on the pool whose host binds before them).
     Single changes: offloading less (`_candidates`), or one of `advice.single_changes` that
-    shrinks what is offloaded enough (recompute, a smaller micro-batch, more tp ...). Where
-    none of these fits GPU memory too, each of the latter with offloading less on top
-    (`Change.also` names it): offloading less puts back on the GPU what such a change takes
-    off it."""
+    shrinks what is offloaded enough (recompute, a smaller micro-batch, more tp ...); a give-back
+    of tp or cp only where it fits (`advice.gives_back`). And each of the latter with offloading
+    less on top (`Change.also` names it: offloading less puts back on the GPU what such a change
+    takes off it), where no single change fits GPU memory too, or where the pair fits and is
+    faster by `cost` than every single change that does: ZeRO 2 with 3 layers offloaded, say,
+    where the single change that fits is tp 8."""
     before = host_memory.estimate(job, layout)
 
     def freed(groups: list[host_memory.HostMemory], after: host_memory.HostMemory) -> float:
@@ -170,16 +148,24 @@ def host_changes(
     gpu_side = list(advice.single_changes(job, layout))
     for order, field, after, new, also in gpu_side:
         was = advice.field_value(layout, field)
-        out.append(evaluate(order + 4, field, was, after, job, new, also))
+        c = evaluate(order + 4, field, was, after, job, new, also)
+        out.append(None if c and not c.fits and advice.gives_back(field, was, after) else c)
     found = [c for c in out if c is not None]
     pairs: dict[int, str] = {}  # a paired change's GPU knob, by the change's id
-    if not any(c.fits for c in found):
+    best = _fastest_fit(job, found, cost)
+    if best is None or cost is not None:
         for order, field, after, g, also in gpu_side:
             was = advice.field_value(layout, field)
-            first = f"{field} {was} -> {after}" + (f" + {also}" if also else "")
-            for o, f, was, to, j, new in _candidates(job, g, headroom_pct, cost):
-                c = evaluate(o + order + 4, f, was, to, j, new, first)
-                if c is not None:
+            only_fitting = best is not None or advice.gives_back(field, was, after)
+            if only_fitting and not _may_fit(job, g, headroom_pct):
+                continue
+            first = f"{field} {advice.shown(was)} -> {advice.shown(after)}"
+            first += f" + {also}" if also else ""
+            for o, f, off, to, j, new in _candidates(job, g, headroom_pct, cost):
+                c = evaluate(o + order + 4, f, off, to, j, new, first)
+                if c is None or (not c.fits and advice.gives_back(field, was, after)):
+                    continue
+                if best is None or (c.fits and cost and cost(j, new) < best):
                     found.append(c)
                     pairs[id(c)] = field
     found = advice.cheapest_each(job, found, cost, lambda c: (c.field, pairs.get(id(c))))

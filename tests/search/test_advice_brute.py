@@ -202,12 +202,15 @@ def test_an_empty_change_list_says_no_single_change_fits(
 ) -> None:
     """check printed nothing under "does not fit" where no change saved memory (repro3's JSON
     changes: []): it says so. Llama 3.1 405B on one H100 with every layer recomputed in groups
-    of 3 (the group count of the least memory) saves nothing by any single change: the JSON's
-    list is empty, and the text says that no single change makes it fit."""
+    of 3 (the group count of the least memory) and the whole optimizer on the host (a larger
+    share of it there is a change too, `advice_offload.raised`, which saves where the host holds
+    some) saves nothing by any single change: the JSON's list is empty, and the text says that
+    no single change makes it fit."""
     path = tmp_path / "plan.toml"
     path.write_text(
         '[model]\nname = "llama3.1-405b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 1\n'
-        "[training]\nseq_length = 4096\nglobal_batch_size = 1\n[parallel]\ntp = 1\npp = 1\n"
+        "[training]\nseq_length = 4096\nglobal_batch_size = 1\noptimizer_offload_fraction = 1.0\n"
+        "[parallel]\ntp = 1\npp = 1\n"
         'micro_batch_size = 1\nzero_stage = 3\nrecompute = "full"\nrecompute_method = "uniform"\n'
         "recompute_num_layers = 3\n"
     )
