@@ -164,7 +164,8 @@ class Layout:
     d98e8a64). False: each iteration's exchange is one batched, blocking call after its forward
     and backward (batch_p2p_comm = not overlap_p2p_comm, training/argument_utils.py:307), which
     needs pp > 2. Read only with vpp > 1: without interleaving Megatron turns it off anyway
-    (arguments.py:1010-1012), so a plan's False at vpp 1 is this default."""
+    (arguments.py:1010-1012), so a plan's False at vpp 1 is priced as this default, and kept
+    as written for a change to interleaving (check's advice)."""
     overlap_param_gather: bool = True
     """All-gather ZeRO-sharded parameters in buckets during the next forward (Megatron
     --overlap-param-gather; needs overlap_grad_reduce). False: after the optimizer step, exposed."""

@@ -144,9 +144,9 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         moe_flex_dispatcher_num_sms=section.moe_flex_dispatcher_num_sms,
         cp_comm_type=section.cp_comm_type,
         microbatch_group_size_per_vp_stage=section.microbatch_group_size_per_vp_stage,
-        # Megatron reads it with interleaving alone (`Layout.overlap_p2p_comm`): vpp 1 takes the
-        # default, so the two plans are one layout
-        overlap_p2p_comm=section.overlap_p2p_comm or vpp == 1,
+        # as written, also at vpp 1, where nothing reads it (`Layout.overlap_p2p_comm`) but a
+        # change to interleaving (check's advice) runs what the file says
+        overlap_p2p_comm=section.overlap_p2p_comm,
         pipeline_layers=section.pipeline_layers,
         pipeline_layout=stages,
         account_for_embedding_in_pipeline_split=bool(

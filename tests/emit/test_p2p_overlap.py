@@ -22,7 +22,7 @@ from planner.inputs.errors import InputError
 from planner.inputs.megatron_log import LogRun
 from planner.inputs.megatron_log_args import words
 from planner.inputs.plan import parse_plan
-from planner.model import memory
+from planner.model import cost, memory
 from planner.search import advice
 from planner.search.rules import check_plan, violations
 
@@ -66,17 +66,26 @@ def test_a_log_with_interleaving_prints_it_and_is_read() -> None:
 
 
 def test_at_vpp_1_it_is_accepted_as_the_default_and_noted() -> None:
-    # validate_args turns it off without interleaving anyway: the same layout as the default
+    # validate_args turns it off without interleaving anyway (arguments.py:1010-1012): priced as
+    # the default, though the layout keeps the value as written (check's advice to interleave
+    # runs what the file says: the next test)
     off = make_plan("llama3.1-8b", 64, {**OFF, "vpp": 1})
     on = make_plan("llama3.1-8b", 64, {**OFF, "vpp": 1, "overlap_p2p_comm": True})
-    assert off.layout == on.layout
+    assert off.require_layout() == on.require_layout().with_(overlap_p2p_comm=False)
+    assert memory.estimate(off.job, off.require_layout()) == memory.estimate(
+        on.job, on.require_layout()
+    )
+    assert cost.estimate(off.job, off.require_layout()) == cost.estimate(
+        on.job, on.require_layout()
+    )
     assert [f for f, _ in off.inert] == ["parallel.overlap_p2p_comm"]
     assert "vpp is 1" in off.inert[0][1]
     assert not on.inert
     assert "overlap_p2p_comm" not in plan_writer.parallel_table(off.job, off.require_layout())
-    line = LINE + FLAG  # a command line without interleaving: read, and noted the same
+    line = LINE + FLAG  # a command line without interleaving: read as written, noted the same
     plan = parse_plan(megatron_args.read(line, "h100-sxm-80gb", 16, "run.sh").doc, Path("x"))
-    assert plan.layout is not None and plan.layout.overlap_p2p_comm
+    assert plan.layout is not None and not plan.layout.overlap_p2p_comm
+    assert [f for f, _ in plan.inert] == ["parallel.overlap_p2p_comm"]
 
 
 def test_the_plan_file_round_trip() -> None:
@@ -131,3 +140,17 @@ def test_checks_advice_keeps_the_plans_value() -> None:
     assert not memory.estimate(job, lay).fits
     changes = advice.memory_changes(job, lay)
     assert changes and all(not c.layout.overlap_p2p_comm for c in changes)
+
+
+def test_checks_advice_to_interleave_runs_the_files_value() -> None:
+    # a plan at vpp 1 that writes overlap_p2p_comm = false: the advice's vpp 1 -> k edits vpp
+    # alone, and the edited file runs the interleaved schedule without the overlap
+    # (arguments.py:1000-1009 read it only with interleaving), so each vpp change is judged so
+    # (`memory_changes` judges every layout `single_changes` offers)
+    plan = check_plan(make_plan("llama3.1-70b", 32, {**OFF, "tp": 4, "pp": 4, "vpp": 1}))
+    job, lay = plan.job, plan.require_layout()
+    vpps = [(v, new) for _, f, v, new, _ in advice.single_changes(job, lay) if f == "vpp"]
+    assert vpps
+    for vpp, new in vpps:  # the edited file, read back, is the layout judged
+        edited = make_plan("llama3.1-70b", 32, {**OFF, "tp": 4, "pp": 4, "vpp": vpp})
+        assert not new.overlap_p2p_comm and edited.require_layout() == new
