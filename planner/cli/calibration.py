@@ -16,7 +16,7 @@ from planner.calibration.profile import Profile
 from planner.cli.common import err, path_given, text_given, whole
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.inputs.units import GIB
+from planner.inputs.units import GIB, shown
 from planner.model import calibratable, cost, memory
 
 if TYPE_CHECKING:
@@ -148,7 +148,7 @@ def profile_lines(prof: Profile | None) -> list[str]:
     for r in prof.residuals:
         if "predicted_s" in r and "measured_step_s" in r:
             err = r["predicted_s"] / r["measured_step_s"] - 1
-            lines.append(f"  residual {r.get('run', '?')}: {err:+.1%}")
+            lines.append(f"  residual {r.get('run', '?')}: {shown(err, 3):+.1%}")
     return lines
 
 
@@ -203,7 +203,7 @@ def measured_table(run: MeasuredRun, prof: Profile | None) -> Table:
     t.add_row(
         f"step time s (median of {run.iterations_used} lines)",
         f"{run.step_time_s:.3f}",
-        *(f"{p[0]:.3f} ({p[0] / run.step_time_s - 1:+.1%})" for _, p in columns),
+        *(f"{p[0]:.3f} ({shown(p[0] / run.step_time_s - 1, 3):+.1%})" for _, p in columns),
     )
     t.add_row(
         "tokens/s/GPU",
@@ -215,6 +215,10 @@ def measured_table(run: MeasuredRun, prof: Profile | None) -> Table:
         t.add_row(
             f"max allocated GiB (rank {peak.rank}, stage {peak.stage})",
             f"{m / GIB:.2f}",
-            *(f"{p[2] / GIB:.2f} ({p[2] / m - 1:+.1%})" for _, p in columns if p[2] is not None),
+            *(
+                f"{p[2] / GIB:.2f} ({shown(p[2] / m - 1, 3):+.1%})"
+                for _, p in columns
+                if p[2] is not None
+            ),
         )
     return t

@@ -14,12 +14,18 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.cli.explain_dsa import dsa_text
-from planner.cli.switch_notes import SWITCH_ADVICE_SHARE, added, host_text, shared_overlap_text
+from planner.cli.switch_notes import (
+    SWITCH_ADVICE_SHARE,
+    added,
+    change_text,
+    host_text,
+    shared_overlap_text,
+)
 from planner.inputs.hybrid import ATTENTION, GDN, MAMBA
 from planner.inputs.layout import Layout
 from planner.inputs.moe_checks import fusable_activation
 from planner.inputs.plan import Job
-from planner.inputs.units import GIB
+from planner.inputs.units import GIB, shown
 from planner.model import activations as act
 from planner.model import (
     attention_time,
@@ -224,8 +230,7 @@ def bf16_layers_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     which = " and ".join(f"{side} {n}" for side, n in (("first", start), ("last", end)) if n)
     return (
         f"bf16 layers: the {which} decoder layers run in bf16 (--first-last-layers-bf16), "
-        f"adding {extra:.3f} s to the {perf.step_time_s:.3f} s step against {job.precision} "
-        "everywhere"
+        f"{change_text(extra, perf.step_time_s)} against {job.precision} everywhere"
     )
 
 
@@ -266,11 +271,11 @@ def deterministic_text(job: Job, layout: Layout, perf: Performance) -> str | Non
     if not determinism.fills(job):
         return None
     extra = added(perf, replace(job, deterministic=False), layout)
+    change = change_text(extra, perf.step_time_s, "add", "save", share=True)
     return (
         "deterministic mode: the allocation fills (host operations, HBM writes) and the "
-        f"deterministic attention backward add {extra:.3f} s to the {perf.step_time_s:.3f} s "
-        f"step ({extra / perf.step_time_s:.0%}) "
-        "against the same plan without --deterministic-mode"
+        f"deterministic attention backward {change} against the same plan without "
+        "--deterministic-mode"
     )
 
 
@@ -302,7 +307,7 @@ def optimizer_offload_text(job: Job, layout: Layout, perf: Performance) -> str |
         f"optimizer offloaded ({f:.0%} of it): {h.optimizer / GIB:.1f} GiB of pinned host memory"
         f" a GPU{where} ({h.optimizer * h.per_node / GIB:.0f} GiB a node of {h.per_node}) hold"
         f" its fp32 master, {moments} and gradient copy; it frees {freed / GIB:.1f} GiB at the "
-        f"peak and its CPU update adds {extra:.3f} s to the {perf.step_time_s:.3f} s step "
+        f"peak and its CPU update {change_text(extra, perf.step_time_s, 'adds', 'saves')} "
         f"against the optimizer on the GPU{_moments_on_gpu(job)}"
     )
 
@@ -351,8 +356,8 @@ def deferral_text(job: Job, layout: Layout, perf: Performance) -> str | None:
         f"deferred output-layer weight gradients (limit {limit}): the last stage holds each "
         f"deferred call's input and logits gradient until the pipeline flush, "
         f"{(held - plain.total) / GIB:.2f} GiB of its {held / GIB:.1f} GiB; the flush runs "
-        f"their {flush * 1e3:.1f} ms of GEMMs per step, the step {change - 1:+.1%} against the "
-        "same plan without"
+        f"their {flush * 1e3:.1f} ms of GEMMs per step, the step {shown(change - 1, 3):+.1%} "
+        "against the same plan without"
     )
 
 

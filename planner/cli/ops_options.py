@@ -70,7 +70,16 @@ NodeWOpt = Annotated[
 GpuWOpt = Annotated[
     float | None, typer.Option("--gpu-power-w", help="watts per GPU (default: TDP)")
 ]
-AsyncOpt = Annotated[bool, typer.Option("--async-checkpoint", help="asynchronous checkpoint save")]
+AsyncOpt = Annotated[
+    bool,
+    typer.Option(
+        "--async-checkpoint",
+        help="asynchronous checkpoint save in the figures (blocks for the host copy alone); a "
+        "Megatron plan or job with training.async_save = true saves so without it. On one that "
+        "saves synchronously a what-if: its launch files still save synchronously (set "
+        "training.async_save for that)",
+    ),
+]
 IntervalOpt = Annotated[
     float | None,
     typer.Option(
@@ -158,7 +167,8 @@ def ops_inputs(
     interval: float | None,
 ) -> tuple[OpsParams, int | None, bool]:
     """OpsParams from the options (None keeps the default; validated there), the token budget,
-    and whether any operations option was given."""
+    and whether any operations option was given. The plan's own asynchronous save is not read
+    here: the figures take it with these (`planner.ops.assumptions.for_job`)."""
     given: dict[str, Any] = {
         "price_usd_per_gpu_hour": price,
         "failure_rate_per_gpu_day": failure_rate,

@@ -19,6 +19,8 @@ from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.plan import Job
 from planner.model import host_memory
+from planner.ops.assumptions import OpsParams
+from planner.ops.operations import operations
 from planner.search import pool_search
 from planner.search.pool_costs import slow_link, usd_per_million_tokens
 from planner.search.pool_plan import PoolPlan
@@ -38,7 +40,8 @@ class Alone:
 
 
 def alone(job: Job, space: Space, objective: str) -> list[Alone]:
-    """Each pool's best plan on its own GPUs (the ordinary search)."""
+    """Each pool's best plan on its own GPUs (the ordinary search), its $ per million tokens
+    with failures at the pool's price, as the pooled plans' (`pool_costs`) and explain's."""
     rows = []
     for pool in job.pools:
         solo = replace(job, cluster=pool.cluster, pools=(), between_pools=None)
@@ -50,7 +53,9 @@ def alone(job: Job, space: Space, objective: str) -> list[Alone]:
         step = c.performance.step_time_s
         usd = None
         if pool.price is not None:
-            usd = pool.price * pool.cluster.num_gpus / 3600 * step / job.tokens_per_step * 1e6
+            priced = OpsParams(price_usd_per_gpu_hour=pool.price)
+            o = operations(solo, c.performance, None, priced, c.layout.zero_stage)
+            usd = o.usd_per_million_tokens
         rows.append(Alone(pool.name, pool.cluster.num_gpus, c.layout.describe(), step, usd))
     return rows
 
@@ -128,7 +133,7 @@ def run(
     for col in ("#", "layout", "layers per stage", "step s", "tok/s/GPU", "$/Mtok", "peak/cap"):
         t.add_column(col)
     for i, p in enumerate(res.plans, 1):
-        usd = usd_per_million_tokens(p.job, p.performance)
+        usd = usd_per_million_tokens(p.job, p.layout, p.performance)
         t.add_row(
             str(i),
             p.layout.describe(),
@@ -186,7 +191,7 @@ def _unhonoured(space: Space) -> None:
 
 
 def _verdict(best: PoolPlan, solo: list[Alone]) -> str:
-    mine = usd_per_million_tokens(best.job, best.performance)
+    mine = usd_per_million_tokens(best.job, best.layout, best.performance)
     priced = [s for s in solo if s.usd_per_mtok is not None]
     if mine is None or not priced:
         return "cost: a pool's GPU has no price; no comparison"
@@ -223,7 +228,7 @@ def _plan_dict(p: PoolPlan) -> dict[str, Any]:
             "host": host_dict(host_memory.estimate(p.job, p.layout)),
         },
         "performance": performance_dict(p.performance, p.job.arch.has_dsa),
-        "usd_per_million_tokens": usd_per_million_tokens(p.job, p.performance),
+        "usd_per_million_tokens": usd_per_million_tokens(p.job, p.layout, p.performance),
     }
 
 

@@ -266,19 +266,19 @@ def slow_link_dict(link: pool_costs.SlowLink) -> dict[str, Any]:
 
 
 def slow_link_text(link: pool_costs.SlowLink) -> str:
-    """explain's line on the link between pools."""
+    """explain's line on the link between pools (a change that rounds away as 0, not -0)."""
+    added = f"it adds {units.shown(link.added_s * 1e3, 0):,.0f} ms per step over the pools' own "
+    added += f"link ({units.shown(link.share, 3):.1%} of the step)"
     if link.data_parallel_s is not None:
         return (
             "link between pools: the data-parallel replicas span the pools (one distributed-"
             "optimizer instance per pool); only the gradient all-reduce between the instances "
             f"crosses, {link.data_parallel_s * 1e3:,.0f} ms per step on the link (the stage "
-            f"that spends the most there, hidden or not); it adds {link.added_s * 1e3:,.0f} ms "
-            f"per step over the pools' own link ({link.share:.1%} of the step); the pipeline and "
-            "the TP, CP and EP groups stay inside each pool"
+            f"that spends the most there, hidden or not); {added}; the pipeline and the TP, CP "
+            "and EP groups stay inside each pool"
         )
     return (
         f"link between pools: {link.crossings} crossing(s) of {link.hop_s * 1e3:,.1f} ms per "
-        f"message each way; it adds {link.added_s * 1e3:,.0f} ms per step over the pools' own "
-        f"link ({link.share:.1%} of the step); TP, CP, EP and DP groups stay inside each pool "
-        "(a stage is tp x cp x dp consecutive ranks), only pipeline sends cross"
+        f"message each way; {added}; TP, CP, EP and DP groups stay inside each pool (a stage "
+        "is tp x cp x dp consecutive ranks), only pipeline sends cross"
     )

@@ -178,3 +178,9 @@ def format_duration(seconds: float) -> str:
         return f"{seconds:.1f} s"
     ms = seconds * 1e3
     return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"  # 530 ms, not 5.3e+02 ms
+
+
+def shown(value: float, digits: int) -> float:
+    """`value` rounded to the `digits` decimals a message prints, a negative zero made 0.0: a
+    change that rounds away prints 0.000 (or +0.0%), never -0.000."""
+    return round(value, digits) + 0.0

@@ -37,9 +37,10 @@ MAX_CHECKPOINT_INTERVAL_MIN; past them finite values printed hundreds of digits.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.inputs.errors import InputError
+from planner.inputs.plan import Job
 
 FAILURE_RATE_PER_GPU_DAY = 419 / (54 * 16_384)
 """Job interruptions per GPU per day: Llama 3 405B, 419 unexpected in 54 days on 16,384 H100."""
@@ -138,7 +139,9 @@ class OpsParams:
     gpu_power_w: float | None = None
     """Power per GPU in W; None = the catalog TDP."""
     async_checkpoint: bool = False
-    """Asynchronous save: training blocks only for the copy to host memory, not the write."""
+    """Asynchronous save asked for by the options (`--async-checkpoint`): training blocks only
+    for the copy to host memory, not the write. The figures save asynchronously where this or
+    the job says so (`for_job`); False leaves it to the job."""
     host_copy_gb_per_s: float = HOST_COPY_GB_PER_S
     """Device-to-host copy rate per GPU of a save (synchronous or asynchronous), decimal GB/s."""
     checkpoint_interval_min: float | None = None
@@ -172,3 +175,25 @@ class OpsParams:
                 f"{MIN_FAILURE_RATE_PER_GPU_DAY:g} per GPU-day (one interruption per GPU in 2.7 "
                 "billion years: no failures; give it to switch them off)",
             )
+
+
+def saves_async(job: Job) -> bool:
+    """Whether the job's own launch saves asynchronously: `training.async_save` under Megatron-LM
+    (its launch files write --async-save with the persistent worker, `planner.emit.megatron`;
+    Megatron-Bridge's checkpoint.async_save). torchtitan does not read the setting (it is inert
+    there, `planner.inputs.inert`): its launch saves synchronously."""
+    return job.async_save and job.framework == "megatron"
+
+
+def for_job(job: Job, params: OpsParams | None = None) -> OpsParams:
+    """The assumptions a job's operations figures run under: `params` (the options; None: the
+    defaults), saving asynchronously where the job's launch does (`saves_async`) or the options
+    ask for it. The one place both are read (`planner.ops.resilience.resilience` and
+    `planner.ops.operations.operations` take every OpsParams through it), so that explain,
+    scale, suggest's objectives, the pooled search and the launch headers agree. The option on
+    a job that saves synchronously is a what-if: the figures save asynchronously, the job's
+    launch files do not (it has no off switch: a plan's async_save is what it launches)."""
+    params = params or OpsParams()
+    if params.async_checkpoint or not saves_async(job):
+        return params
+    return replace(params, async_checkpoint=True)

@@ -96,3 +96,18 @@ def best_whole_steps(cost: Callable[[int], float], lo: int, hi: int) -> int:
         else:
             lo, hi = m1, m2
     return min(range(lo, hi + 1), key=at)
+
+
+def least_wall_time(delta_s: float, mtbf_s: float, restart_s: float) -> float:
+    """A lower bound on `daly_wall_time` per unit of work (1 / goodput) over every interval
+    tau > 0, for segments that each block at least delta: e^(R/M) (1 + sqrt(2 delta / M) +
+    delta / M). From e^x - 1 >= x + x^2 / 2 (x >= 0),
+        M (e^((tau + delta)/M) - 1) / tau >= 1 + delta/tau + tau/2M + delta/M + delta^2/(2 M tau)
+    and delta/tau + tau/2M >= 2 sqrt(delta/2M) = sqrt(2 delta/M) (arithmetic and geometric
+    means), the last term dropped. With a lag (an asynchronous save) the model is
+    M e^((R + lag)/M) (e^((tau + delta' - lag)/M) - 1) / tau, whose exponents are no smaller
+    than R and tau + H for the copy H alone (delta' = H + C, lag = min(C, tau)): the bound at
+    delta = H holds it. A run's last write only adds (`final_write_s`)."""
+    return math.exp(restart_s / mtbf_s) * (
+        1.0 + math.sqrt(2.0 * delta_s / mtbf_s) + delta_s / mtbf_s
+    )

@@ -31,7 +31,13 @@ from planner.inputs.hardware import ClusterSpec
 from planner.inputs.plan import Job
 from planner.inputs.units import SECONDS_PER_DAY, SECONDS_PER_HOUR
 from planner.model.performance import Performance
-from planner.ops.assumptions import NODE_OVERHEAD_W_PER_GPU, PUE, AssumptionError, OpsParams
+from planner.ops.assumptions import (
+    NODE_OVERHEAD_W_PER_GPU,
+    PUE,
+    AssumptionError,
+    OpsParams,
+    for_job,
+)
 from planner.ops.resilience import Resilience, num_nodes, resilience
 
 OBJECTIVES: tuple[str, ...] = ("throughput", "cost", "goodput")
@@ -212,8 +218,9 @@ def operations(
 ) -> Operations:
     """Everything at once for `explain`, `scale` and the launch headers (`summary_lines`);
     `zero_stage`, the layout's: the checkpoint's size and so its copy and write times read it
-    (`resilience`: Megatron-FSDP's fsdp_dtensor checkpoint at ZeRO 2 / 3)."""
-    ops = ops or OpsParams()
+    (`resilience`: Megatron-FSDP's fsdp_dtensor checkpoint at ZeRO 2 / 3). `ops`, the options'
+    (None: the defaults), taken with the job's own asynchronous save (`assumptions.for_job`)."""
+    ops = for_job(job, ops)
     steps = None if tokens is None else training_steps(job, tokens)
     res = resilience(job, perf.step_time_s, ops, steps, zero_stage=zero_stage)
     n = job.cluster.num_gpus
@@ -296,7 +303,7 @@ def objective_value(
         raise AssumptionError(
             "objective", f"expected one of {', '.join(OBJECTIVES)} (got {objective!r})"
         )
-    ops_params = ops_params or OpsParams()
+    ops_params = for_job(job, ops_params)  # the job's asynchronous save, as `operations`
     s_per_mtok = perf.step_time_s / job.tokens_per_step * 1e6
     if objective == "throughput":
         return s_per_mtok

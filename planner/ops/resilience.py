@@ -88,12 +88,13 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GB, SECONDS_PER_DAY
 from planner.model import params as params_mod
 from planner.model.checkpoint_size import checkpoint_bytes_per_param
-from planner.ops.assumptions import AssumptionError, OpsParams
+from planner.ops.assumptions import AssumptionError, OpsParams, for_job
 from planner.ops.checkpoint_interval import (
     best_whole_steps,
     daly_interval,
     daly_wall_time,
     final_write_s,
+    least_wall_time,
     young_interval,
 )
 
@@ -269,6 +270,17 @@ def mtbf_s(job: Job, ops: OpsParams) -> float:
     return SECONDS_PER_DAY / (ops.failure_rate_per_gpu_day * job.cluster.num_gpus)
 
 
+def least_wall_per_work(job: Job, ops: OpsParams | None = None) -> float:
+    """A lower bound on 1 / goodput of the job at any step time, interval, run length and ZeRO
+    stage (`checkpoint_interval.least_wall_time`, at the least checkpoint of any stage): each
+    segment blocks at least the copy H (asynchronous) or H + C, and a restart costs R + C."""
+    ops = for_job(job, ops)
+    least = min(range(4), key=lambda z: checkpoint_bytes(job, z))
+    copy, write = host_copy_s(job, ops, least), checkpoint_write_s(job, ops, least)
+    delta = copy if ops.async_checkpoint else copy + write
+    return least_wall_time(delta, mtbf_s(job, ops), ops.restart_min * 60.0 + write)
+
+
 MIN_GOODPUT = 1e-9
 """Below this share of the wall clock training (a billionth) the job makes no progress that any
 figure could show: the settings are refused (`resilience`)."""
@@ -287,7 +299,9 @@ def resilience(
     Settings under which the job makes no progress (goodput below MIN_GOODPUT: interruptions
     far more often than the restart or the checkpoints take) are an AssumptionError naming the
     one that decides it and every figure behind it. `zero_stage`, the layout's (the checkpoint's
-    size depends on it: `checkpoint_size`); 0, the distributed optimizer's, where not given."""
+    size depends on it: `checkpoint_size`); 0, the distributed optimizer's, where not given.
+    Saves are asynchronous where the job's launch saves so or `ops` asks (`for_job`)."""
+    ops = for_job(job, ops)
     size = checkpoint_bytes(job, zero_stage)
     write = checkpoint_write_s(job, ops, zero_stage)
     m = mtbf_s(job, ops)

@@ -1,7 +1,8 @@
 """What a plan over heterogeneous pools costs beyond its step time's total: the slow link's part of
 the step (`slow_link`: the pipeline's crossings, or the gradient all-reduces between replicas that
 span the pools, each against the same plan with a link as fast as the first pool's own) and its
-price (`price_per_hour`, `usd_per_million_tokens`). `planner.search.pools` finds the plans."""
+price (`usd_per_million_tokens`, failures included as everywhere, and `cost_step_s`, what the
+cost objective ranks by). `planner.search.pools` finds the plans."""
 
 from __future__ import annotations
 
@@ -12,6 +13,9 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, fp32, performance, pools, stage_params
 from planner.model.schedule import layer_count
+from planner.ops.assumptions import OpsParams
+from planner.ops.operations import operations
+from planner.ops.resilience import resilience
 
 
 @dataclass(frozen=True)
@@ -66,19 +70,23 @@ def _data_link(
     return SlowLink(0.0, 0, added, added / perf.step_time_s, seconds)
 
 
-def price_per_hour(job: Job) -> float | None:
-    """$ per hour of every GPU of the job (None when a pool's GPU has no price)."""
-    total = 0.0
-    for p in job.pools:
-        if p.price is None:
-            return None
-        total += p.price * p.cluster.num_gpus
-    return total
+def usd_per_million_tokens(job: Job, layout: Layout, perf: performance.Performance) -> float | None:
+    """$ per million trained tokens with checkpoints and failures, the figure explain and scale
+    print for the same plan (`Operations.usd_per_million_tokens`: each pool's GPUs at its own
+    price, the default operations assumptions, the job's own asynchronous save); None where a
+    pool's GPU has no price."""
+    return operations(job, perf, None, zero_stage=layout.zero_stage).usd_per_million_tokens
 
 
-def usd_per_million_tokens(job: Job, perf: performance.Performance) -> float | None:
-    """$ per million trained tokens at the predicted step time (no failures counted)."""
-    rate = price_per_hour(job)
-    if rate is None:
-        return None
-    return rate / 3600 * perf.step_time_s / job.tokens_per_step * 1e6
+def cost_step_s(job: Job, layout: Layout, perf: performance.Performance, least: float) -> float:
+    """The step time a pooled plan's cost ranks by: step / goodput / `least`, where `least` is
+    the job's `resilience.least_wall_per_work` (no goodput of the job is above its inverse).
+    Every pooled plan of a job runs the same GPUs at the same prices for the same tokens per
+    step, so $ per token (`usd_per_million_tokens`; GPU-hours per token without a price) is
+    this times a constant of the job, and it is never below the step: a bound on a layout's step
+    bounds it too, and the search's cuts stay exact (`pool_search.search`). Goodput depends on
+    the layout through the step time (whole-step intervals) and the ZeRO stage (the
+    checkpoint's size); `least` is under both."""
+    step = perf.step_time_s
+    good = resilience(job, step, OpsParams(), zero_stage=layout.zero_stage).goodput
+    return max(step, step / good / least)

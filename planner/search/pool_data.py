@@ -25,6 +25,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from planner.inputs.layout import Layout, Recompute
@@ -138,9 +139,18 @@ class DataSearch:
     `plans` and of every bound's comparison, as each is scored."""
 
 
-def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataSearch:
-    """The plans that fit, each layout with its least recompute that fits; `known`: the step
-    times found so far (the pipeline-across plans'), which bound the scan.
+def search(
+    job: Job,
+    headroom_pct: float,
+    top: int,
+    known: list[float],
+    rank: Callable[[PoolPlan], float] | None = None,
+) -> DataSearch:
+    """The plans that fit, each layout with its least recompute that fits; `known`: the ranks
+    found so far (the pipeline-across plans'), which bound the scan. `rank`: what the top is
+    ranked by, in seconds never below a plan's step (`pool_search.ranking`: the step, the
+    default, or the cost objective's `pool_costs.cost_step_s`), so that a bound on the step
+    bounds it; "step" below reads as it.
 
     What the plans decide is the top-th best step of all (the scan's stop, and with it the
     layouts scanned), the plans that may enter the top (the top-th best or faster, ties
@@ -172,7 +182,7 @@ def search(job: Job, headroom_pct: float, top: int, known: list[float]) -> DataS
             over.append(plan)
         elif plan is not None:
             found.append((place, plan))
-            bisect.insort(times, plan.performance.step_time_s)
+            bisect.insort(times, rank(plan) if rank else plan.performance.step_time_s)
     last = times[top - 1] if len(times) >= top else math.inf
     found, extra = _waiting(job, headroom_pct, waiting, found, last, over)
     plans = [p for _, p in sorted(found, key=lambda f: f[0])]

@@ -22,7 +22,8 @@ with the solver's block count, or selective (`pool_recompute`: where the one-kin
 rule says it can save memory, so not core_attn under flash attention). Each of these is a
 layout of its own, bounded like the rest: selective's memory may spare a slow layout its block
 recompute, and the overlap lowers a layout's bound, so neither can be tried on the leaders
-alone. Ranked by step time, or by $ per token (`objective` "cost"); twins
+alone. Ranked by step time, or by $ per token with checkpoints and failures (`objective`
+"cost": the figure explain prints, `pool_costs.cost_step_s`, its cuts as exact); twins
 (`planner.search.twins`: layouts that only trade cp for micro-batch size at the same step and
 split) are folded into one row, so the top K are K different layouts.
 """
@@ -40,9 +41,10 @@ from planner.inputs.plan import Job
 from planner.inputs.units import GIB
 from planner.model import host_memory
 from planner.model.pools import pool_stages
+from planner.ops.resilience import least_wall_per_work
 from planner.search import pool_data
 from planner.search.pool_bounds import TimeLines, capped_bound_s, lower_bound_s
-from planner.search.pool_costs import usd_per_million_tokens
+from planner.search.pool_costs import cost_step_s
 from planner.search.pool_enum import needs_solver, split_bound
 from planner.search.pool_host import caps_allow, usable
 from planner.search.pool_plan import MICRO_BATCHES, PoolPlan, expert_degrees, pool_layout
@@ -188,10 +190,12 @@ def search(
     progress: Callable[[str], None] | None = None,
 ) -> PoolSearch:
     """Solve the layouts' splits, most promising first, and rank what fits. A layout whose
-    bound (`_by_bound`) is no better than the step of the top-th row found (twins folded,
-    `row_cut`) is not solved (every plan uses every GPU, so $ per token ranks as step time
-    does). Fits: the GPUs' memory and every pool's host, each split kept within both
-    (`plan_split`, `pool_host`), so only plans that fit both form the cut."""
+    bound (`_by_bound`) is no better than the rank of the top-th row found (twins folded,
+    `row_cut`) is not solved: by step time, the step; by cost, `pool_costs.cost_step_s`, $ per
+    token with failures over a constant of the job, never below the step, so a bound on the
+    step bounds it too. Fits: the GPUs' memory and every pool's host, each split kept within
+    both (`plan_split`, `pool_host`), so only plans that fit both form the cut."""
+    rank = ranking(job, objective)
     todo = layouts(job)
     # bounded on the time lines alone; the memory lines only for the layouts solved
     recomputed = Recomputed()  # the none and selective layouts' samples, every layer recomputed
@@ -206,7 +210,7 @@ def search(
     for i, (lay, times, tails, bound) in enumerate(bounded):
         if progress is not None and i % 20 == 0:
             progress(f"pools: layout {i + 1} of {len(todo)}")
-        cut = row_cut(plans, top)
+        cut = row_cut(plans, top, rank)
         if cut is not None and bound >= cut:
             break  # sorted by the bound: no later layout can enter the top
         p = problem(job, lay, headroom_pct, lay.recompute == "none", times, recomputed)
@@ -220,7 +224,7 @@ def search(
         if plan is not None and not needless(plan, headroom_pct):
             plans.append(plan)
     for bound, _, lay, p, tails in sorted(deferred, key=lambda d: d[:2]):
-        cut = row_cut(plans, top)
+        cut = row_cut(plans, top, rank)
         if cut is not None and bound >= cut:
             break  # sorted by the bound
         solved += 1
@@ -231,23 +235,17 @@ def search(
     layouts_seen = len(todo)
     data, best_pipeline = None, None
     if job.pools_data_parallel:  # the replicas across the pools too (planner.search.pool_data)
-        known = [r.candidate.step_time for r in fold(sorted(plans, key=rank_key))]
-        data = pool_data.search(job, headroom_pct, top, known)
+        known = [rank(r.candidate) for r in fold(_ranked(plans, rank))]
+        data = pool_data.search(job, headroom_pct, top, known, rank)
         layouts_seen += data.layouts
         solved += data.scored
         best_pipeline = min(plans, key=lambda q: q.performance.step_time_s, default=None)
         plans += data.plans
         over += data.over
 
-    def key(p: PoolPlan) -> float:
-        if objective == "cost":
-            usd = usd_per_million_tokens(p.job, p.performance)
-            return usd if usd is not None else math.inf
-        return p.performance.step_time_s
-
     near, refused = (None, None) if plans else closest(job, headroom_pct, todo)
     host_over = None if plans else _host_over(job, over, refused_host)
-    rows = fold(sorted(plans, key=lambda q: (key(q), *rank_key(q))))[:top]
+    rows = fold(_ranked(plans, rank))[:top]
     return PoolSearch(
         tuple(r.candidate for r in rows),
         solved,
@@ -282,12 +280,42 @@ def _host_over(job: Job, over: list[PoolPlan], refused: list[Layout]) -> str | N
     )
 
 
-def row_cut(plans: list[PoolPlan], top: int) -> float | None:
-    """The step of the top-th row of `plans` ranked and their twins folded
-    (`planner.search.twins.fold`, as `top_k` cuts with `fold_twins`), None while fewer: a layout
-    whose bound is at least this holds nothing of the top rows (a twin of a row joins it)."""
-    rows = fold(sorted(plans, key=rank_key))
-    return rows[top - 1].candidate.step_time if len(rows) >= top else None
+def row_cut(
+    plans: list[PoolPlan], top: int, rank: Callable[[PoolPlan], float] | None = None
+) -> float | None:
+    """The rank (`ranking`; the step by default) of the top-th row of `plans` ranked and their
+    twins folded (`planner.search.twins.fold`, as `top_k` cuts with `fold_twins`), None while
+    fewer: a layout whose bound is at least this holds nothing of the top rows (a twin of a row
+    joins it)."""
+    rank = rank or _step
+    rows = fold(_ranked(plans, rank))
+    return rank(rows[top - 1].candidate) if len(rows) >= top else None
+
+
+def _step(p: PoolPlan) -> float:
+    return p.performance.step_time_s
+
+
+def _ranked(plans: list[PoolPlan], rank: Callable[[PoolPlan], float]) -> list[PoolPlan]:
+    """`plans` by `rank`, then as `top_k.rank_key` (step, `simplicity`) breaks ties."""
+    return sorted(plans, key=lambda q: (rank(q), *rank_key(q)))
+
+
+def ranking(job: Job, objective: str) -> Callable[[PoolPlan], float]:
+    """What the search ranks a plan by, in seconds no less than its step: the step, or for the
+    cost objective `pool_costs.cost_step_s` ($ per token with failures, the figure the plans
+    print, over a constant of the job), each plan's computed once."""
+    if objective != "cost":
+        return _step
+    least = least_wall_per_work(job)
+    seen: dict[int, tuple[PoolPlan, float]] = {}
+
+    def rank(p: PoolPlan) -> float:
+        if id(p) not in seen:  # the plan kept with its rank, so that its id is not reused
+            seen[id(p)] = (p, cost_step_s(p.job, p.layout, p.performance, least))
+        return seen[id(p)][1]
+
+    return rank
 
 
 def _by_bound(
