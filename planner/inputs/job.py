@@ -114,6 +114,9 @@ class Job:
     """Benchmark routing: random router logits, each token's experts drawn uniformly (Megatron
     --moe-router-force-load-balancing; `planner.model.routing_load`); under torchtitan its
     debug.moe_force_load_balance, a round robin (`planner.model.round_robin`)."""
+    least_routing_load: bool = False
+    """The search's bounds only, never a plan's: torchtitan's round robin priced at its least
+    load, 1 (`planner.model.routing_load.least_load_job`)."""
     moe_router_dtype: Literal["fp32", "fp64"] | None = None
     """The router's dtype (Megatron --moe-router-dtype; None: the hidden states'): its
     probabilities take it, and the allgather and alltoall dispatchers cast the expert output to

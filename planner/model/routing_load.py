@@ -38,6 +38,7 @@ share.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from statistics import NormalDist
 
 from planner.inputs.layout import Layout
@@ -141,6 +142,33 @@ def _round_robin(job: Job) -> bool:
     return job.moe_router_force_load_balancing and job.framework == "torchtitan"
 
 
+_LEAST: dict[int, tuple[Job, Job]] = {}
+
+
+def least_load_job(job: Job) -> Job:
+    """The job whose round robin is priced at its least load, 1, for the search's bounds across
+    micro-batch sizes (`planner.search.bound`, `structure_queue.structure_floor`): those take
+    each rank's floor at the structure's largest micro-batch as a floor for every smaller one,
+    which holds where the load never grows with the micro-batch (learned routing's constant,
+    random routing's falling spread) but not for the round robin's remainder (Qwen3-30B-A3B
+    at seq 1092, ep 64: 1 at mbs 8, 1.0012 at mbs 9). Its load is at least 1 (the busiest rank
+    holds at least the mean) and the layer times grow with it, so at 1 the floors are below
+    every micro-batch's exact times. The job itself elsewhere; one copy per job, remembered."""
+    if not _round_robin(job) or job.least_routing_load:
+        return job
+    hit = _LEAST.get(id(job))
+    if hit is None or hit[0] is not job:
+        if len(_LEAST) >= 64:
+            _LEAST.clear()
+        hit = _LEAST[id(job)] = (job, replace(job, least_routing_load=True))
+    return hit[1]
+
+
+def _titan_load(job: Job, lay: Layout, units: int, distinct: bool = False) -> float:
+    """`titan_load`, or 1 for the bounds' job (`least_load_job`)."""
+    return 1.0 if job.least_routing_load else titan_load(job, lay, units, distinct)
+
+
 def step_load(job: Job, lay: Layout) -> float:
     """The busiest expert-parallel rank's routed tokens over the even share, per MoE layer and
     micro-batch, for the step time (module docstring): 1 with one expert-parallel rank, the
@@ -151,7 +179,7 @@ def step_load(job: Job, lay: Layout) -> float:
     if lay.ep <= 1:
         return _capped(job, 1.0, budget)
     if _round_robin(job):
-        return _capped(job, titan_load(job, lay, lay.ep), budget)
+        return _capped(job, _titan_load(job, lay, lay.ep), budget)
     if job.moe_router_force_load_balancing:
         return _capped(job, random_routing_load(*_block(job, lay)), budget)
     return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, lay.ep), budget)
@@ -193,7 +221,7 @@ def node_load(job: Job, lay: Layout, nodes: int, share: float | None = None) -> 
     if units <= 1:
         return _capped(job, 1.0, budget)
     if _round_robin(job):
-        return _capped(job, titan_load(job, lay, units, share is not None), budget)
+        return _capped(job, _titan_load(job, lay, units, share is not None), budget)
     if job.moe_router_force_load_balancing:
         tokens, experts, topk, _ = _block(job, lay)
         if share is not None:

@@ -17,6 +17,7 @@ from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
 from planner.model.job_memo import JobMemo
+from planner.model.routing_load import least_load_job
 from planner.model.schedule import BUBBLE_TERMS, Chunks, schedule_name, unmerged_share
 from planner.model.stage_offload import offload_exposed
 from planner.model.stage_time import (
@@ -229,7 +230,8 @@ def _overlap_floors(
     (`Layout.ep_comm_overlap`), in one pass over its kinds of rank; beside each, the ranks'
     spares in the same order (`Floors.spare_worst`'s term, 0 without the overlap)."""
     lay = NONE.on(layout)
-    t = layout_times(job, lay)
+    # the round robin at its least load: these floors stand for smaller micro-batches too
+    t = layout_times(least_load_job(job), lay)
     share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
     floor = tp_floor_share(job, lay)
     lays = [lay if ov == lay.ep_comm_overlap else lay.with_(ep_comm_overlap=ov) for ov in overlaps]

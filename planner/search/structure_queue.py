@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, memory
+from planner.model.routing_load import least_load_job
 from planner.model.stage_time import a2a_floor, layout_times
 from planner.search import shape_counts
 from planner.search.bound import Floors, floors_of, tp_floor_share
@@ -75,7 +76,7 @@ def structure_floor(job: Job, shape: list[Layout]) -> float:
     best = float("inf")
     # a base's EP-overlap twin has its layer times and is taken below with and without it
     for lay in dict.fromkeys(NONE.on(x).with_(ep_comm_overlap=False) for x in shape):
-        t = layout_times(job, lay)
+        t = layout_times(least_load_job(job), lay)  # for every size: `least_load_job`
         share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
         c = a2a = shared = tp = cp = 0.0
         heads = ranks = 0
