@@ -209,9 +209,11 @@ def read_runs(
     unless no run of the file logged one: then the log is truncated, an error. A run logged
     twice (a log given twice, or copied into another) counts once, said in `notes`: a copy
     would weigh its run double and, left out, keep its twin in (the left-out errors would say
-    nothing)."""
+    nothing). A --plan `plan_path` that no run reads (each printed its arguments block) is
+    refused, as `check` refuses options it would ignore."""
     out = []
     seen: dict[tuple[object, ...], str] = {}
+    plan_read = False
     for path in paths:
         log = megatron_log.parse(read_log(path), path)
         if notes is not None:
@@ -254,6 +256,7 @@ def read_runs(
                         "(a restart): left out, measured on the run with more iteration lines"
                     )
                 continue
+            plan_read = plan_read or run.args_line is None
             plan = _plan(run, spec, num_gpus, plan_path, vocab_size)
             step, used, warm_free = _step_time(run, plan)
             where = run.where(run.args_line or run.iterations[0].line)
@@ -264,6 +267,11 @@ def read_runs(
                     "warm-up-free step time"
                 )
             out.append(MeasuredRun(where, plan, step, used, _memory(run, plan)))
+    if plan_path is not None and not plan_read:
+        raise InputError(
+            f"--plan {plan_path}: not read: each run of the logs prints its arguments block, "
+            "which gives its plan (--plan is for a log without one): leave --plan out"
+        )
     return out
 
 

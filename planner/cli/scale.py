@@ -48,6 +48,7 @@ from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.job_request import JobArgs, request_job
 from planner.inputs.plan import Job
 from planner.search import scaling
+from planner.search.job_checks import check_job
 from planner.search.suggest import check_found
 
 MAX_SIZES = 64
@@ -151,6 +152,7 @@ def scale(
     args = JobArgs(model, gpu, sizes[0], None, seq_length, global_batch_size, precision)
     req = request_job(job_path, args)
     job = req.job
+    check_job(job, job_path)  # a rule no layout at any size runs: bad input, as `check` says
     prof = calibration.use(calibration_opt, job)
     # the sizes replace the job's num_gpus; they default when --num-gpus is not given
     defaulted = tuple(f for f in req.defaulted if f != "num_gpus")

@@ -40,6 +40,7 @@ from planner.inputs.job import Job
 from planner.inputs.job_request import DEFAULT_JOB, JobArgs, request_job
 from planner.inputs.plan import reframe
 from planner.ops.operations import OBJECTIVES
+from planner.search.job_checks import check_job, check_sized
 from planner.search.space import MAX_CP, MAX_MICRO_BATCH, Bound, Space
 from planner.search.suggest import check_found, check_space, explain_infeasible, search_rows
 from planner.search.top_k import Candidate
@@ -123,6 +124,9 @@ def suggest(
     if len(job.pools) == 1:  # one GPU kind: the one-kind search, every setting searched
         job = one_kind(job)
         req = replace(req, job=job)
+    # a setting no layout runs is bad input, as `check` says, before any search
+    check_job(job, job_path)
+    check_sized(job, job_path)
     _titan_model_note(job)
     prof = calibration.use(calibration_opt, job)
     if no_cp and (cp is not None or max_cp is not None):

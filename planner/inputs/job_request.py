@@ -16,6 +16,7 @@ from typing import Any
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
 from planner.inputs.files import load_toml
+from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.plan import Job, parse_plan
 
 DEFAULT_JOB: dict[str, dict[str, Any]] = {
@@ -133,7 +134,7 @@ def request_job(path: Path | None, args: JobArgs) -> JobRequest:
         unread = None
     given = {} if path is None else doc
     defaulted = tuple(f for f in JOB_FIELDS if not _flagged(args, f) and not _in_file(given, f))
-    doc = _apply_flags(doc, args)
+    doc = _apply_flags(doc, args, base)
     try:
         plan = parse_plan(doc, base)
     except InputError as e:
@@ -171,7 +172,12 @@ def name_flags(message: str, base: Path | None, args: JobArgs) -> str:
     return message
 
 
-def _apply_flags(doc: dict[str, Any], args: JobArgs) -> dict[str, Any]:
+def _apply_flags(doc: dict[str, Any], args: JobArgs, base: Path | None) -> dict[str, Any]:
+    """The job file's (or the default job's) tables with the flags written in. A table a flag
+    writes into that is not a table (`training = [1, 2]`, `cluster = "x"`) is left as it is:
+    validating the plan names it (`cluster: Input should be a valid dictionary ...`)."""
+    if any(not isinstance(doc.get(t, {}), dict) for t in ("cluster", "training")):
+        return doc
     doc = {k: dict(v) if isinstance(v, dict) else v for k, v in doc.items()}
     for table in ("model", "cluster", "training"):
         doc.setdefault(table, {})
@@ -192,9 +198,9 @@ def _apply_flags(doc: dict[str, Any], args: JobArgs) -> dict[str, Any]:
                 "--nodes: give either pools or one GPU kind (the job's [[cluster.pools]] each "
                 "give their num_gpus)"
             )
-        gpu = catalog.get_gpu(str(doc["cluster"].get("gpu", args.gpu)))
-        per_node = int(doc["cluster"].get("gpus_per_node", gpu.gpus_per_node))
-        doc["cluster"]["num_gpus"] = args.nodes * per_node
+        per_node = _per_node(doc["cluster"], args, base)
+        if per_node is not None:  # else validating the plan names the field
+            doc["cluster"]["num_gpus"] = _nodes_gpus(args.nodes, per_node)
     if args.num_gpus is not None:
         doc["cluster"]["num_gpus"] = args.num_gpus
     for key in ("seq_length", "global_batch_size", "precision"):
@@ -202,3 +208,32 @@ def _apply_flags(doc: dict[str, Any], args: JobArgs) -> dict[str, Any]:
         if value is not None:
             doc["training"][key] = value
     return doc
+
+
+def _per_node(cluster: dict[str, Any], args: JobArgs, base: Path | None) -> int | None:
+    """The GPUs per node --nodes counts in: the job's `cluster.gpus_per_node`, else its GPU's.
+    None where the job's gpus_per_node is not a positive whole number (validating the plan names
+    it, with its value) or it names no GPU (validating names the missing field); an unknown GPU
+    is named by the flag or the file's field that gave it."""
+    given = cluster.get("gpus_per_node")
+    if given is not None:
+        ok = isinstance(given, int) and not isinstance(given, bool) and given > 0
+        return given if ok else None
+    if "gpu" not in cluster:
+        return None
+    where = "--gpu" if args.gpu is not None else f"{base or '<plan>'}: cluster.gpu"
+    try:
+        return catalog.get_gpu(str(cluster["gpu"])).gpus_per_node
+    except InputError as e:
+        raise InputError(f"{where}: {e}") from None
+
+
+def _nodes_gpus(nodes: int, per_node: int) -> int:
+    """--nodes N of `per_node` GPUs each, within the GPUs a cluster may have (hardware.MAX_GPUS),
+    quoting the user's node count where it is over."""
+    if nodes * per_node > MAX_GPUS:
+        raise InputError(
+            f"--nodes: {nodes:,} nodes of {per_node} GPUs is {nodes * per_node:,} GPUs, over the "
+            f"{MAX_GPUS:,} a cluster may have: at most {MAX_GPUS // per_node:,} nodes"
+        )
+    return nodes * per_node

@@ -145,6 +145,17 @@ def test_a_log_without_arguments_takes_the_plan(
     assert code == 0, err
 
 
+def test_a_plan_no_run_reads_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """QA s41 q1 item 4: the fixture log prints its arguments block, which gives its plan, so a
+    --plan (here one that does not exist) would be ignored: it once exited 0 silently. Oracle:
+    the exit-code contract (an option the command would ignore is bad input, exit 2, named)."""
+    missing = tmp_path / "nonexistent" / "plan.toml"
+    argv = ["calibrate", str(LOGS[0]), *GPU, "--plan", str(missing)]
+    code, _, err = run([*argv, "--out", str(tmp_path / "p")], capsys)
+    assert code == 2, err
+    assert f"--plan {missing}: not read" in err and "Traceback" not in err, err
+
+
 @pytest.mark.parametrize(
     "old,new,message",
     [

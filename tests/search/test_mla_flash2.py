@@ -19,7 +19,6 @@ Oracles:
 
 from __future__ import annotations
 
-import json
 from dataclasses import replace
 from pathlib import Path
 
@@ -139,8 +138,9 @@ def test_check_megatron_args_refuses_the_pinned_fa2_line() -> None:
 def test_suggest_never_plans_flash2_for_mla(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The search keeps the job's attention_kernel: under flash2 every structure of an MLA model
-    is rejected by mla_flash2, and suggest names it; the fused job plans."""
+    """The search keeps the job's attention_kernel: flash2 with an MLA model runs in no layout
+    (mla_flash2, a rule on the job alone), so suggest refuses it as check does, exit 2 naming
+    the file and the field."""
     job = tmp_path / "job.toml"
     body = (
         '[model]\nname = "deepseek-v2-lite"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
@@ -148,9 +148,8 @@ def test_suggest_never_plans_flash2_for_mla(
     )
     job.write_text(body + 'attention_kernel = "flash2"\n')
     code, out, err = run(["suggest", str(job), "--json"], capsys)
-    assert code == 1, err
-    binding = json.loads(out)["binding"]
-    assert "mla_flash2" in binding and "training.attention_kernel" in binding
+    assert code == 2, err
+    assert out == "" and f"{job}: training.attention_kernel: " in err, err
 
 
 def test_the_bridge_target_never_pins_flash_for_mla() -> None:

@@ -360,16 +360,13 @@ def test_cli_scale_table(capsys: pytest.CaptureFixture[str]) -> None:
 
 def test_cli_scale_names_a_job_no_layout_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """A job that breaks a rule of its own (SC21's 1.7B GPT has 2,048 learned positions: 4,096
-    tokens run in no layout) is no layout at every size, each point saying why (the rule's field
-    and message), and exit 1, as suggest's."""
+    tokens run in no layout) runs at no size: bad input, exit 2 before any size is planned,
+    naming the rule's field and message as `check` does (`job_checks.check_job`)."""
     argv = ["scale", "--model", "gpt-sc21-1.7b", "--seq-length", "4096", "--num-gpus", "8,16"]
     code, out, err = run([*argv, "--json"], capsys)
-    assert code == 1, err
-    points = json.loads(out)["points"]
-    assert [p["feasible"] for p in points] == [False, False]
-    for p in points:
-        assert p["note"].startswith("no layout runs: training.seq_length:")
-        assert "max_position_embeddings (2048)" in p["note"]
+    assert code == 2, err
+    assert out == ""
+    assert "<flags>: training.seq_length:" in err and "max_position_embeddings (2048)" in err
 
 
 @pytest.mark.parametrize(

@@ -112,8 +112,9 @@ def test_nothing_fits_names_a_job_no_layout_can_run(
 ) -> None:
     """gpt-oss's attention sinks in FP8 attention on H100: Transformer Engine has no backend
     (get_attention_backend: the fused one needs compute capability 10.0 for sinks in FP8, the
-    unfused none in FP8), whatever the layout. The search rejects every structure by that rule
-    and says why, naming the plan field; on B200 the same job plans."""
+    unfused none in FP8), whatever the layout: a rule on the job alone, refused before the search
+    as `check` refuses it (exit 2, naming the file and the plan field); on B200 the same job
+    plans."""
     job = tmp_path / "job.toml"
     job.write_text(
         '[model]\nname = "gpt-oss-20b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
@@ -121,9 +122,8 @@ def test_nothing_fits_names_a_job_no_layout_can_run(
         'precision = "fp8"\nfp8_attention = true\n'
     )
     code, out, err = run(["suggest", str(job), "--json"], capsys)
-    assert code == 1, err
-    binding = json.loads(out)["binding"]
-    assert "sinks_fp8" in binding and "training.fp8_attention" in binding
+    assert code == 2, err
+    assert out == "" and f"{job}: training.fp8_attention: " in err, err
     assert suggest_json([str(job), "--gpu", "b200-sxm-180gb"], capsys)["candidates"]
 
 
@@ -131,14 +131,13 @@ def test_nothing_runs_past_learned_positions(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A sequence longer than a learned-position model's table (SC21's 1.7B GPT: 2,048
-    positions, learned_absolute) runs in no layout: suggest says so, naming the field, rather than
-    writing a plan that check then refuses (exit 2, the rule `positions`); at 2,048 tokens the
-    plan it writes passes check."""
+    positions, learned_absolute) runs in no layout: suggest refuses it as check does (exit 2, the
+    rule `positions`, naming the field), rather than writing a plan that check then refuses; at
+    2,048 tokens the plan it writes passes check."""
     argv = ["suggest", "--model", "gpt-sc21-1.7b", "--num-gpus", "8", "--global-batch-size", "64"]
     code, out, err = run([*argv, "--seq-length", "4096", "--json"], capsys)
-    assert code == 1, err
-    binding = json.loads(out)["binding"]
-    assert "max_positions" in binding and "training.seq_length" in binding
+    assert code == 2, err
+    assert out == "" and "<flags>: training.seq_length: " in err, err
     plan = tmp_path / "plan.toml"
     code, out, err = run([*argv, "--seq-length", "2048", "--write-plan", str(plan)], capsys)
     assert code == 0, err

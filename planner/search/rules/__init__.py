@@ -78,7 +78,7 @@ from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import deepep_spread, shard_degree
 from planner.search.rules.torchtitan import experts as torchtitan_experts
 from planner.search.rules.torchtitan_era import head_era
-from planner.search.rules.torchtitan_mtp import mtp as torchtitan_mtp
+from planner.search.rules.torchtitan_mtp import mtp_degrees, mtp_job
 from planner.search.rules.torchtitan_tied import tied_pipeline as torchtitan_tied
 
 __all__ = [
@@ -150,6 +150,7 @@ JOB_RULES: tuple[Rule, ...] = (
     deterministic,
     positions,
     sm_margin,
+    mtp_job,
     *DSA_JOB_RULES,
 )
 """The rules that depend on the job alone: one broken refuses every layout (`job_violations`)."""
@@ -162,7 +163,7 @@ STRUCTURAL_RULES: tuple[Rule, ...] = (
     experts,
     torchtitan_experts,
     head_era,
-    torchtitan_mtp,
+    mtp_degrees,
     torchtitan_tied,
     context,
     context_attention,
