@@ -18,7 +18,7 @@ from pydantic import model_validator
 
 from planner.inputs import hybrid
 from planner.inputs.arch_layers import ArchLayers
-from planner.inputs.errors import abbreviated
+from planner.inputs.errors import abbreviated, spelled
 
 MAX_SIZE = 1 << 53
 """The largest integer any field takes: 2^53, the last integer a float holds exactly (the model's
@@ -119,7 +119,10 @@ class ModelArch(ArchLayers):
                 "hybrid_layer_pattern holds no pipeline separators ('|'): the split is the "
                 "layout's (parallel.pipeline_layers or pipeline_model_parallel_layout)"
             )
-        pattern = hybrid.parse(text)
+        try:
+            pattern = hybrid.parse(text)
+        except ValueError as e:  # name the field and the value, not the parser's words alone
+            raise ValueError(f"hybrid_layer_pattern {spelled(text)}: {e}") from None
         if len(pattern.main) != self.num_layers:
             raise ValueError(
                 f"hybrid_layer_pattern has {len(pattern.main)} layers but num_layers is "

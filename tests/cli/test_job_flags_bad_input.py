@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 from cli_run import run
+from paths import REPO
 
 MODEL = '[model]\nname = "llama3.1-8b"\n'
 TRAINING = "[training]\nseq_length = 8192\nglobal_batch_size = 128\n"
@@ -79,3 +80,20 @@ def test_nodes_over_the_gpu_limit_quote_the_node_count(capsys: pytest.CaptureFix
     err = refused(["suggest", "--nodes", "3000000"], capsys)
     assert "--nodes: 3,000,000 nodes of 8 GPUs" in err, err
     assert "16,777,216" in err and "at most 2,097,152 nodes" in err, err
+
+
+@pytest.mark.parametrize(
+    ("pattern", "said"),
+    [("", '""'), ("M*x", '"M*x"')],  # no layers; a symbol Megatron-LM has not (hybrid.py)
+)
+def test_a_bad_hybrid_pattern_names_its_field_and_value(
+    pattern: str, said: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # the fuzz QA's repro: the inline model of tests/data/plans/inline-overrides.toml with a
+    # hybrid_layer_pattern added; before, "model: the main pattern has no layers"
+    text = (REPO / "tests" / "data" / "plans" / "inline-overrides.toml").read_text()
+    text = text.replace("[model]\n", f'[model]\nhybrid_layer_pattern = "{pattern}"\n', 1)
+    path = write(tmp_path, text)
+    code, _, err = run(["check", str(path)], capsys)
+    assert code == 2
+    assert f"hybrid_layer_pattern {said}" in " ".join(err.split())
