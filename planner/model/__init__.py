@@ -19,7 +19,8 @@ where they are defined.
   `host` the host's floor under a small layer's time (`host_floor` applies it);
   `recompute_time` what selective recompute re-runs; `stage_time` each pipeline stage's layers,
   memoised layer times and exposed EP / offload traffic; `schedule` pipeline bubbles and
-  Megatron's 1F1B / interleaved order; `stage_sync` a stage's DP sync and optimizer step;
+  Megatron's 1F1B / interleaved order; `stage_sync` a stage's DP sync and optimizer step
+  (`rank_sync` puts them together, remembering what reads no window);
   `cost` the step time, its breakdown, MFU (`weight_hash` the share of Megatron's weight-hash
   check in it); `job_memo` what the search's hot path remembers per job; `calibratable` the
   constants a cluster's logs may refit (`planner calibrate`) and the one way to change them

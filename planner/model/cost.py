@@ -71,6 +71,7 @@ from planner.model import (
     flops,
     host,
     pools,
+    rank_sync,
     shared_link,
     stage_sync,
     t5,
@@ -231,7 +232,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         split = chunk_counts(job.arch, chunks) if lay.vpp > 1 else ()
         key = (tuple(n for _, n in mix), heads, rank == 0, id(job), w_f, w_b, split)
         if key not in dp_seen:
-            dp_seen[key] = stage_sync.stage_sync(
+            dp_seen[key] = rank_sync.stage_sync(
                 job, lay, rank, chunks, mix, lt, dp_groups, share, w_f, w_b
             )
         e, hid, o = dp_seen[key]

@@ -169,13 +169,26 @@ def data_parallel(
     implementation caps the live parameters below two units (FSDP_MAX_LIVE_PARAMS) nothing is
     prefetched: every all-gather shows, and only the reduce-scatters hide.
     """
-    bwd = bwd if lay.overlap_grad_reduce or lay.zero_stage >= 2 else 0.0
-    fwd = fwd if lay.overlap_param_gather or lay.zero_stage == 3 else 0.0
+    made = traffic(groups, lay, dense, expert, grad_bytes, layers, param_bytes, own)
+    return shown(made, lay, fwd, bwd, m, layers, own)
+
+
+def traffic(
+    groups: tuple[Group, Group],
+    lay: Layout,
+    dense: float,
+    expert: float,
+    grad_bytes: float,
+    layers: int = 1,
+    param_bytes: tuple[float, float] = (BF16, BF16),
+    own: RankChunks | None = None,
+) -> Traffic:
+    """`data_parallel`'s collectives, which no window and no micro-batch count reads (its
+    arguments as there): what `shown` then hides under the windows. It reads of the layout the
+    ZeRO stage, the DDP bucket settings and vpp (`bucket_params`, `chunk_shares`)."""
     if lay.zero_stage >= 2:
         sizes = (grad_bytes, param_bytes)
-        if lay.zero_stage == 2:
-            return _fsdp_grads(groups, dense, expert, sizes, fwd, bwd, m, max(layers, 1))
-        return _fsdp(groups, dense, expert, sizes, fwd, bwd, m, max(layers, 1))
+        return unit_collectives(groups, dense, expert, sizes, max(layers, 1)), ()
     parts: list[Part] = []
     kinds = zip((dense, expert), groups, param_bytes, strict=True)
     for kind, (n_params, grp, p_bytes) in enumerate(kinds):
@@ -191,7 +204,29 @@ def data_parallel(
             gather = _per_bucket(all_gather, n_params * p_bytes, buckets, grp)
         shares = chunk_shares(lay, own, kind)
         parts.append((grp.tier_name, red, gather, red * bucket, gather * bucket, shares))
-    return windowed(parts, fwd, bwd, chunk_sync(bwd, lay, m, own.rank if own else 0))
+    return None, tiers(parts, lay.vpp if lay.vpp > 1 else None)
+
+
+def shown(
+    made: Traffic,
+    lay: Layout,
+    fwd: float,
+    bwd: float,
+    m: int,
+    layers: int = 1,
+    own: RankChunks | None = None,
+) -> tuple[float, float]:
+    """`data_parallel`'s (exposed, hidden) seconds of the stage's `traffic` under its windows
+    (the other arguments as `data_parallel`'s)."""
+    bwd = bwd if lay.overlap_grad_reduce or lay.zero_stage >= 2 else 0.0
+    fwd = fwd if lay.overlap_param_gather or lay.zero_stage == 3 else 0.0
+    units, sums = made
+    if units is not None:
+        ag, rs, live = units
+        if lay.zero_stage == 2:
+            return _fsdp_grads(ag, rs, fwd, bwd, m, max(layers, 1))
+        return _fsdp(ag, rs, live, fwd, bwd, m, max(layers, 1))
+    return tiers_shown(sums, fwd, bwd, chunk_sync(bwd, lay, m, own.rank if own else 0))
 
 
 def chunk_shares(lay: Layout, own: RankChunks | None, kind: int) -> tuple[float, ...]:
@@ -206,23 +241,15 @@ def chunk_shares(lay: Layout, own: RankChunks | None, kind: int) -> tuple[float,
 
 
 def _fsdp(
-    groups: tuple[Group, Group],
-    dense: float,
-    expert: float,
-    sizes: tuple[float, tuple[float, float]],
-    fwd: float,
-    bwd: float,
-    m: int,
-    u: int,
+    ag: float, rs: float, live: float, fwd: float, bwd: float, m: int, u: int
 ) -> tuple[float, float]:
     """`data_parallel`'s ZeRO 3 over `u` units (decoder layers): (exposed, hidden) seconds per
     step. A unit's dense and expert parameters (MoE) are gathered and their gradients
     reduce-scattered over their own groups, but one after the other: FSDP issues every unit's
     all-gathers on one stream and its reduce-scatters on another (PyTorch FSDP2's comm context,
     shared by all the parameter groups under its root; Megatron-FSDP likewise), so their seconds
-    add before a unit's window comes off, whichever tiers bound the two groups. `sizes`: the
-    bytes per gradient element and the (dense, expert) bytes per gathered parameter."""
-    ag, rs, live = unit_collectives(groups, dense, expert, sizes, u)
+    add before a unit's window comes off, whichever tiers bound the two groups: (`ag`, `rs`,
+    `live`) are one unit's `unit_collectives`."""
     if live == 0:
         return 0.0, 0.0
     f, b = fwd / u, bwd / u
@@ -238,14 +265,7 @@ def _fsdp(
 
 
 def _fsdp_grads(
-    groups: tuple[Group, Group],
-    dense: float,
-    expert: float,
-    sizes: tuple[float, tuple[float, float]],
-    fwd: float,
-    bwd: float,
-    m: int,
-    u: int,
+    ag: float, rs: float, fwd: float, bwd: float, m: int, u: int
 ) -> tuple[float, float]:
     """`data_parallel`'s ZeRO 2 (Megatron-FSDP optim_grads) over `u` units (decoder layers):
     (exposed, hidden) seconds per step. The weights stay whole, so no unit is gathered per
@@ -253,9 +273,8 @@ def _fsdp_grads(
     micro-batch (Megatron-LM d98e8a64 megatron_fsdp.py:761-787, grad_reduce_every_bprop for
     optim_grads), under the next unit's backward (`unit_pipeline`, the last unit's shows), and
     once a step the updated shards are all-gathered back into the whole weights, unit by unit
-    under the first micro-batch's forward (`fwd` 0: after nothing, all shown). `sizes` as
+    under the first micro-batch's forward (`fwd` 0: after nothing, all shown). `ag` and `rs` as
     `_fsdp`'s; dense and expert collectives add as there (one stream each)."""
-    ag, rs, _ = unit_collectives(groups, dense, expert, sizes, u)
     shown_b = m * unit_pipeline(rs, bwd / u, u)
     shown_f = unit_pipeline(ag, fwd / u, u)
     hidden = max(u * (m * rs + ag) - shown_b - shown_f, 0.0)  # rounding: not -1e-16
@@ -326,6 +345,23 @@ def windowed(
     `chunked`: the interleaved schedule's whole-chunk launches (`chunk_sync`), the gradients'
     exposed part `chunk_exposed` of each chunk's seconds on the tier (its kinds' seconds by
     their `Part` chunk fractions, added) instead."""
+    return tiers_shown(tiers(parts, None if chunked is None else chunked[0]), fwd, bwd, chunked)
+
+
+Tier = tuple[str, float, float, float, float, float, tuple[float, ...]]
+"""One tier's bucketed syncs, its kinds' `Part`s added (`tiers`): (tier, gradient seconds,
+all-gather seconds, their last buckets', the smallest first-bucket share, and with the
+interleaved schedule each chunk's gradient seconds, else ())."""
+
+Traffic = tuple[tuple[float, float, float] | None, tuple[Tier, ...]]
+"""What `data_parallel` reads of a stage beyond its windows (`traffic`): at ZeRO 2 and 3 one
+unit's (all-gather seconds, reduce-scatter seconds, parameters) (`unit_collectives`) and (),
+else None and its bucketed syncs' `tiers`."""
+
+
+def tiers(parts: Iterable[Part], vpp: int | None) -> tuple[Tier, ...]:
+    """`windowed`'s sums of the parts on each tier (no window reads them), tiers as they first
+    occur; with `vpp` (`chunk_sync`'s launches) each chunk's seconds by the kinds' fractions."""
     on_tier: dict[str, list[float]] = {}
     per_chunk: dict[str, list[float]] = {}
     for tier, red, gather, red_last, gather_last, shares in parts:
@@ -334,17 +370,26 @@ def windowed(
             acc[i] += v
         if red > 0 or gather > 0:  # the kind's bucket share
             acc[4] = min(acc[4], red_last / red if red > 0 else gather_last / gather)
-        if chunked is not None:
-            vpp = chunked[0]
+        if vpp is not None:
             secs = per_chunk.setdefault(tier, [0.0] * vpp)
             for c in range(vpp):
                 secs[c] += red * (shares[c] if shares else 1.0 / vpp)
+    out: list[Tier] = []
+    for tier, (red, gather, last_r, last_g, frac) in on_tier.items():
+        out.append((tier, red, gather, last_r, last_g, frac, tuple(per_chunk.get(tier, ()))))
+    return tuple(out)
+
+
+def tiers_shown(
+    sums: tuple[Tier, ...], fwd: float, bwd: float, chunked: Chunked | None
+) -> tuple[float, float]:
+    """`windowed` of the parts whose `tiers` are `sums` (made with `chunked`'s vpp)."""
     exposed = hidden = 0.0
-    for tier, (red, gather, red_last, gather_last, frac) in on_tier.items():
+    for _, red, gather, red_last, gather_last, frac, secs in sums:
         if bwd <= 0:
             e_red = red
         elif chunked is not None:
-            e_red = chunk_exposed(per_chunk[tier], chunked)
+            e_red = chunk_exposed(secs, chunked)
         else:
             e_red = max(red - bwd + bwd * frac, red_last)
         e_gat = max(gather - fwd + fwd * frac, gather_last) if fwd > 0 else gather

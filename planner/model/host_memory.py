@@ -246,12 +246,29 @@ def rank_fixed_bytes(
 def _busiest_fixed(
     job: Job, layout: Layout, only: Collection[int] | None = None, rounding: Rounding = "exact"
 ) -> tuple[float, float]:
-    """`rank_fixed_bytes` of the rank (of `only` where given) whose sum is the most."""
+    """`rank_fixed_bytes` of the rank (of `only` where given) whose sum is the most (the first
+    such), asked once per role: all it reads of a rank beside the job and layout is whether it
+    is the first (the embedding, rank 0's buckets: `stage_params.edge_params`,
+    `host_pinned.bucket_size`), the last stage's (`host_pinned._holds_output`) and the MTP rank,
+    and each chunk's layers' kinds (`stage_params.decoder_params` and the bounds' `chunk_totals`
+    count them; the exact walk, `host_pinned.chunk_sizes`, takes their sizes in order, which
+    read a kind and the degrees alone), so a later rank of a role never replaces an earlier
+    (DeepSeek-V3 on 2,048 H800: 941 roles of the 2,516 ranks its search asks;
+    tests/model/test_host_fixed_roles.py)."""
     if not (offloads_optimizer(job) or stages(job, layout.zero_stage)):
         return 0.0, 0.0
-    ranks = _ranks(job, layout, only)
-    parts = (rank_fixed_bytes(job, layout, r, c, rounding) for r, c in ranks)
-    return max(parts, key=sum, default=(0.0, 0.0))
+    arch, seen, most = job.arch, set(), None
+    mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
+    exact = rounding == "exact"
+    for r, c in _ranks(job, layout, only):
+        # the kinds' order matters to the exact walk alone (the bounds count each chunk's kinds)
+        kinds = [arch.layer_kinds[x.start : x.stop] if exact else arch.kind_counts((x,)) for x in c]
+        role = (r == 0, r == layout.output_rank, r == mtp, *kinds)
+        if role not in seen:
+            seen.add(role)
+            part = rank_fixed_bytes(job, layout, r, c, rounding)
+            most = part if most is None or sum(part) > sum(most) else most
+    return most or (0.0, 0.0)
 
 
 def offloads_optimizer(job: Job) -> bool:

@@ -1,6 +1,6 @@
-"""A pipeline stage's data-parallel sync and optimizer step (`stage_sync`): what
-`planner.model.cost.estimate` adds to the step after the pipeline, from the stage where the two
-take longest.
+"""A pipeline stage's data-parallel sync and optimizer step, the pieces
+`planner.model.rank_sync.stage_sync` puts together: what `planner.model.cost.estimate` adds to
+the step after the pipeline, from the stage where the two take longest.
 
 Sync: the stage's gradient reduction and parameter gathers (`planner.model.dp_sync` through
 `planner.model.pools`; over several distributed-optimizer instances `planner.model.dp_instances`;
@@ -31,33 +31,15 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import (
-    comms,
-    dp_instances,
-    dp_sync,
-    fsdp2,
-    muon_time,
-    optimizer_offload,
-    pools,
-    shared_link,
-)
+from planner.model import comms, dp_instances, dp_sync, optimizer_offload, shared_link
 from planner.model.adam_step import state_pass_bytes, te_master, weight_write_bytes
-from planner.model.embedding_grads import sync_time as embedding_sync_time
 from planner.model.fp32 import keeps_master, value_bytes
 from planner.model.gemm import Gpu
-from planner.model.interleaved_sync import RankChunks
-from planner.model.layer_time import Layer
 from planner.model.loss_scale import unscale_bytes
 from planner.model.rank_states import copies_main_grads
 from planner.model.schedule import Chunks
 from planner.model.shard import BF16
-from planner.model.stage_params import (
-    chunk_params,
-    quantised_decoder_params,
-    quantised_params,
-    stage_params,
-)
-from planner.model.stage_time import LayoutTimes, rank_layers
+from planner.model.stage_params import quantised_decoder_params, quantised_params
 
 ADAM_GRAD_READ_BYTES = 4.0
 """Adam reads each parameter's fp32 gradient once (the master weight and moments are read and
@@ -346,53 +328,3 @@ def sync_windows(fwd: float, bwd: float, rec: float, extra: float) -> tuple[floa
     if extra == 0 or plain <= 0:
         return fwd, bwd
     return max(fwd + extra * fwd / plain, 0.0), max(bwd + extra * (bwd - rec) / plain, 0.0)
-
-
-def stage_sync(
-    job: Job,
-    lay: Layout,
-    rank: int,
-    chunks: Chunks,
-    mix: list[tuple[Layer, int]],
-    t: LayoutTimes,
-    groups: tuple[comms.Group, comms.Group],
-    share: float,
-    fwd: float,
-    bwd: float,
-) -> tuple[float, float, float]:
-    """(exposed, hidden, optimizer) seconds per step of pipeline rank `rank` (its decoder layers
-    `chunks`, its `mix` from `stage_time.rank_mix`): its data-parallel traffic over `groups`
-    (`dp_sync.data_parallel_groups`) beyond the forward and backward windows `fwd` and `bwd`, the
-    exposed part also holding `share` (`comms.sm_share`) of the hidden part's SMs, and its
-    optimizer step."""
-    dense, expert = stage_params(job, lay, rank, chunks)
-    if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
-        dense = expert = 0.0
-    layers = sum(n for k, n in mix if k is not t.mtp_proj)  # decoder blocks: FSDP units
-    if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
-        fp8 = quantised_params(job, lay, rank, chunks)[0]
-        out = fsdp2.output_share(job, lay, rank)
-        e, hid = fsdp2.data_parallel_time(
-            job, lay, dense, expert, fwd, bwd, t.m, layers, fp8, output=out
-        )
-    else:
-        p_bytes = gathered_param_bytes(job, lay, chunks, dense, expert)
-        # interleaved: each model chunk's share of the sync is its parameters'
-        own = RankChunks(rank, chunk_params(job, lay, rank, chunks)) if lay.vpp > 1 else None
-        if dp_instances.applies(job, lay):  # over --num-distributed-optimizer-instances
-            e, hid = dp_instances.data_parallel(
-                job, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes, own
-            )
-        else:
-            e, hid = pools.data_parallel(
-                job, groups, lay, dense, expert, fwd, bwd, t.m, layers, p_bytes, own
-            )
-    # the hidden part holds comms.sm_share of the SMs of the compute it runs under; then, after
-    # the DP sync, the first and last ranks' word-embedding gradient all-reduce
-    e += share * hid + embedding_sync_time(job, lay, rank)
-    o = optimizer_time(job, lay, dense, expert, t.gpu)
-    o += gather_zero_time(job, lay, rank, chunks, t.gpu)  # MXFP8's gather buffer, zeroed again
-    if job.optimizer == "muon":  # the stage's matrices' Newton-Schulz iterations
-        counts = rank_layers(job, lay, rank, chunks, t)[0]
-        o += muon_time.step_time(job, lay, counts, t.gpu)
-    return e, hid, o

@@ -1,16 +1,16 @@
 """Lines in a pipeline rank's count of decoder layers that its tail is never below: the tail is
 what `planner.model.cost.estimate` adds after the pipeline for the rank (`Performance.tails`:
-`stage_sync.stage_sync`'s exposed sync e plus optimizer step o, the step taking the largest), and
+`rank_sync.stage_sync`'s exposed sync e plus optimizer step o, the step taking the largest), and
 the pooled search's bounds (`planner.search.pool_tails`) add them to the pipeline's.
 
 Optimizer: o = `stage_sync.optimizer_time` plus MXFP8's second zeroing of its gather buffer and
 Muon's Newton-Schulz iterations (each >= 0), and optimizer_time >= rd x dense + re x expert
 (`stage_sync.optimizer_rates`: memory-bound passes over the parameters; a CPU-offloaded share's
 host step is in a max with the GPU's update), with (dense, expert) the rank's `stage_params`, 0
-for a frozen model below ZeRO 3 (nothing is updated, `stage_sync.stage_sync`).
+for a frozen model below ZeRO 3 (nothing is updated, `rank_sync.stage_sync`).
 
 Sync: e = x + share h + the word embedding's all-reduce (>= 0), x what the data-parallel
-traffic shows beyond its windows and h what hides (`stage_sync.stage_sync`), both >= 0: e >= 0
+traffic shows beyond its windows and h what hides (`rank_sync.stage_sync`), both >= 0: e >= 0
 always. Where it runs as Megatron's DDP buckets (`dp_sync.data_parallel`: ZeRO 0 / 1, one model
 chunk, no optimizer instances, no replicas across pools), a tier t of traffic R_t shows
 x_t >= R_t - (w_f + w_b) of it (`dp_sync.windowed`: max(red - bwd + bwd frac, last bucket) >=
@@ -54,7 +54,7 @@ def tail_lines(job: Job, lay: Layout) -> tuple[TailLine, ...]:
     places the embedding, the output layer and the MTP layers (`edge_params`:
     `Layout.output_rank`, `Layout.mtp_rank`) as the splits the lines bound do; the layers'
     count and kinds are free."""
-    if job.frozen_model and lay.zero_stage < 3:  # `stage_sync.stage_sync`: no update, no sync
+    if job.frozen_model and lay.zero_stage < 3:  # `rank_sync.stage_sync`: no update, no sync
         return ((0.0, 0.0, 0.0, 0.0, 0.0),) * lay.pp
     rates = (optimizer_rates(job, lay, gpu_of(job)), _sync_rates(job, lay))
     k = 1.0 - sm_share(job.cluster, job.gemm_sm_margin)

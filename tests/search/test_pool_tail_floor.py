@@ -207,7 +207,7 @@ def test_the_searchs_lines_are_the_models_on_every_split() -> None:
 
 @pytest.mark.parametrize("fraction", [0.0, 1.0])
 def test_a_frozen_model_has_no_tail_line(fraction: float) -> None:
-    """A frozen model below ZeRO 3 updates and syncs nothing (stage_sync.stage_sync zeroes its
+    """A frozen model below ZeRO 3 updates and syncs nothing (rank_sync.stage_sync zeroes its
     parameters): every line 0, whatever the offload; a trained one's optimizer line rises."""
 
     def job(frozen: bool) -> Job:
