@@ -121,8 +121,9 @@ def test_a_rule_no_layout_meets_is_named_not_a_memory_excess(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """GPT 7.1B has learned absolute positions for 4,096 tokens: no layout trains 16,384 (the
-    max_positions rule, Megatron's validate_args), on any pools. suggest exits 1 naming the
-    rule; it said the closest layout 'needs -4.3 GiB more' (it fits its memory)."""
+    max_positions rule, Megatron's validate_args), on any pools. suggest refuses the job as bad
+    input (exit 2, as check does) naming the field; it once said the closest layout 'needs -4.3
+    GiB more' (it fits its memory)."""
     path = tmp_path / "rules.toml"
     path.write_text(
         '[model]\nname = "gpt-mcore-7.1b"\n[cluster]\n[[cluster.pools]]\nname = "h100"\n'
@@ -130,10 +131,10 @@ def test_a_rule_no_layout_meets_is_named_not_a_memory_excess(
         'gpu = "a100-sxm-40gb"\nnum_gpus = 8\n[training]\nseq_length = 16384\n'
         "global_batch_size = 32\n"
     )
-    code, out, err = run(["suggest", str(path)], capsys)
-    assert code == 1, err
-    flat = " ".join(out.split())
-    assert "max_position_embeddings (4096)" in flat and "training.seq_length" in flat
+    code, _, err = run(["suggest", str(path)], capsys)
+    assert code == 2, err
+    flat = " ".join(err.split())
+    assert f"{path}: training.seq_length" in flat and "max_position_embeddings (4096)" in flat
     assert "GiB more" not in flat
 
 
