@@ -7,12 +7,12 @@ The decision is the search's own (`space.structures`, `space.zero_stages`, `spac
 `top_k.search` enumerates before it asks the memory or the cost model), made twice: on the
 user's space, and on the same job with the bounds relaxed to suggest's defaults. Empty within the
 bounds and not without them: the bounds are the cause, and exit 2. Empty without them too: the
-job itself is (`rules.job_violations`, its batch, its model), and the search says which rule
-(`suggest.explain_infeasible`, exit 1 as before). A bound that excludes only the layouts that fit
-memory leaves the space non-empty, so it still exits 1; a range holding one admissible value
-leaves the layouts of that value, so it is not refused (`--pp 1-2 --vpp 2`); nor are bounds
-that cannot split the global batch (`_why`'s batch steps): a batch is the job's to change, and
-the search's answer (exit 1) offers the one that fits.
+job itself is (its batch, its model: `suggest.explain_infeasible`, exit 1 as before; a rule on
+the job alone was refused before, `job_checks.check_job`, exit 2). A bound that excludes only
+the layouts that fit memory leaves the space non-empty, so it still exits 1; a range holding one
+admissible value leaves the layouts of that value, so it is not refused (`--pp 1-2 --vpp 2`);
+nor are bounds that cannot split the global batch (`_why`'s batch steps): a batch is the job's
+to change, and the search's answer (exit 1) offers the one that fits.
 
 The message (`_why`) then walks the search's filters in its order and names the first that
 empties the layouts within the bounds; each step says why no layout passes it."""
@@ -64,7 +64,7 @@ def check_reachable(job: Job, space: Space) -> None:
     zeros = job_zero_stages(job, Space().zero_stages)
     relaxed = Space(framework=space.framework, zero_stages=zeros, tp_across_nodes=True)
     if not zeros or not _nonempty(job, relaxed):
-        return  # the job itself: the search names the rule (explain_infeasible)
+        return  # the job itself: the search says why (explain_infeasible)
     why, batch_bound = _why(job, space)
     if batch_bound:
         # the global batch is what the bounds cannot split: the answer "no" (exit 1) with the

@@ -212,14 +212,15 @@ def _more_memory(job: Job, space: Space, peak: float, cap: float) -> str | None:
 
 def explain_infeasible(job: Job, space: Space, result: SearchResult) -> Infeasible:
     """The binding constraint and the smallest single changes (GPU memory, GPUs, sequence;
-    batch where no layout passes the rules), each confirmed by the search on the changed job."""
+    batch where no layout passes the rules), each confirmed by the search on the changed job.
+    A job that breaks a rule on its own never gets here: `suggest` refuses it first
+    (`job_checks.check_job`, exit 2)."""
     if result.structures == 0 or result.space_size == 0:
         # the rules that rejected layouts inside the user's bounds first: those say why
         own = ("user bound on ", space_mod.CP_BOUND)
         ranked = sorted(result.rejected.items(), key=lambda kv: (kv[0].startswith(own), -kv[1]))
         top = ", ".join(f"{k} ({v})" for k, v in ranked[:3])
         changes = _batch_changes(job, space)
-        top += "".join(f"; {v.field}: {v.message}" for v in rules.job_violations(job))
         return Infeasible(f"no layout passes the rules: {top}", changes)
     cap = memory.usable_bytes(job.cluster.capacity_bytes, space.headroom_pct)
     peak, lay = min_peak(job, space)  # of the layouts the host's share holds
