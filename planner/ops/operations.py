@@ -38,7 +38,7 @@ from planner.ops.assumptions import (
     OpsParams,
     for_job,
 )
-from planner.ops.resilience import Resilience, num_nodes, resilience
+from planner.ops.resilience import Resilience, least_wall_per_work, num_nodes, resilience
 
 OBJECTIVES: tuple[str, ...] = ("throughput", "cost", "goodput")
 
@@ -308,7 +308,26 @@ def objective_value(
     if objective == "throughput":
         return s_per_mtok
     res = resilience(job, perf.step_time_s, ops_params, zero_stage=zero_stage)
-    wall_per_mtok = s_per_mtok / res.goodput
+    return _of_wall(job, s_per_mtok / res.goodput, objective, ops_params)
+
+
+def objective_floor(
+    job: Job, step_time_s: float, objective: str, ops_params: OpsParams | None = None
+) -> float:
+    """The least `objective_value` any layout of the job whose step takes at least `step_time_s`
+    can have: for goodput and cost, the step's seconds per 1M tokens times the job's
+    `resilience.least_wall_per_work` (no goodput of the job, at any step, interval or ZeRO
+    stage, is above its inverse), then as `objective_value` prices wall time."""
+    ops_params = for_job(job, ops_params)
+    s_per_mtok = step_time_s / job.tokens_per_step * 1e6
+    if objective == "throughput":
+        return s_per_mtok
+    return _of_wall(job, s_per_mtok * least_wall_per_work(job, ops_params), objective, ops_params)
+
+
+def _of_wall(job: Job, wall_per_mtok: float, objective: str, ops_params: OpsParams) -> float:
+    """`objective_value` of `wall_per_mtok` wall-clock seconds per 1M tokens (failures and
+    checkpoints counted): itself for goodput, GPU-hours or dollars for cost."""
     if objective == "goodput":
         return wall_per_mtok
     gpu_hours = job.cluster.num_gpus * wall_per_mtok / SECONDS_PER_HOUR

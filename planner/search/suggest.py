@@ -348,30 +348,51 @@ def search_rows(
     and the search result whose candidates are the rows' layouts.
 
     By step time the search certifies the rows itself (`top_k.search(..., fold_twins=True)`). By
-    cost or goodput the first max(4 x top, 20) rows by time are re-scored and re-sorted: for one
-    job both are the step time times a factor that does not depend on the layout (GPU count x
-    price; 1 / goodput, which depends on the step time only through the checkpoint interval's
-    rounding to whole steps); twins have the same step time and so the same cost and goodput.
+    cost or goodput, rows by time are re-scored and re-sorted, first the max(4 x top, 20)
+    fastest, twice as many each time the order is not yet certain: both objectives are the step
+    time over the row's goodput times a constant of the job (GPU count x price), and goodput
+    depends on the layout through the step (the checkpoint interval's whole steps) and the ZeRO
+    stage (the checkpoint's size). Every row not fetched steps at least as long as the slowest
+    fetched, so none scores below `ops.objective_floor` of that step (the job's least wall time
+    per unit of work, under every goodput); once the top-th score is at or below that floor, or
+    every row has been fetched, the order is exact. Twins have the same step time and ZeRO
+    stage, and so the same score.
     For torchtitan the rows are over every (layout, `[torchtitan]` settings variant)
     (`planner.search.titan_variants`), each candidate a `TitanCandidate` with its settings."""
     ask = top if objective == "throughput" else max(4 * top, 20)
+    params = OpsParams()
+
+    def score(r: Row[Candidate]) -> tuple[float, tuple[float, tuple[int, ...]]]:
+        zero = r.candidate.layout.zero_stage
+        value = ops.objective_value(job, r.candidate.performance, objective, params, zero)
+        return value, rank_key(r.candidate)
+
+    while True:
+        res = _rows_by_time(job, space, ask, progress)
+        rows = res.rows
+        if objective == "throughput":
+            break
+        rows = sorted(rows, key=score)
+        if len(res.rows) < ask or not rows:  # every row there is
+            break
+        slowest = max(r.candidate.performance.step_time_s for r in res.rows)
+        if score(rows[min(top, len(rows)) - 1])[0] <= ops.objective_floor(
+            job, slowest, objective, params
+        ):
+            break
+        ask *= 2
+    rows = rows[:top]
+    return replace(res, candidates=[r.candidate for r in rows], rows=rows), rows
+
+
+def _rows_by_time(
+    job: Job, space: Space, ask: int, progress: Callable[[str], None] | None
+) -> SearchResult:
+    """The `ask` fastest rows, certified by the search (twins folded)."""
     if job.framework == "torchtitan" and not job.pools:
         # torchtitan's own settings beside the layout (`planner.search.titan_variants`)
         from planner.search import titan_every, titan_variants
 
         found = titan_variants.search_variants(job, space, ask, progress)
-        res = titan_variants.result(titan_every.add_every(job, space, ask, found))
-    else:
-        res = top_k.search(job, space, ask, progress=progress, fold_twins=True)
-    rows = res.rows
-    if objective != "throughput":
-        params = OpsParams()
-
-        def score(r: Row[Candidate]) -> tuple[float, tuple[float, tuple[int, ...]]]:
-            zero = r.candidate.layout.zero_stage
-            value = ops.objective_value(job, r.candidate.performance, objective, params, zero)
-            return value, rank_key(r.candidate)
-
-        rows = sorted(rows, key=score)
-    rows = rows[:top]
-    return replace(res, candidates=[r.candidate for r in rows], rows=rows), rows
+        return titan_variants.result(titan_every.add_every(job, space, ask, found))
+    return top_k.search(job, space, ask, progress=progress, fold_twins=True)
