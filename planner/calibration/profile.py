@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner import __version__
 from planner.inputs.errors import InputError
-from planner.inputs.files import parse_toml, read_file
+from planner.inputs.files import is_file, parse_toml, read_file
 from planner.inputs.plan_writer import toml_value
 from planner.inputs.units import GIB
 from planner.model.calibratable import BY_KEY, DEFAULTS
@@ -295,6 +295,20 @@ def resolve(option: str | None) -> Profile | None:
     # an empty PLANNER_CALIBRATION is unset (CI systems often export empty variables)
     text = option if option is not None else (os.environ.get(ENV) or "").strip() or None
     if text is not None:
-        return None if text.strip().lower() == NONE else read(Path(text))
+        if text.strip().lower() == NONE:
+            return None
+        return _given(Path(text), "--calibration" if option is not None else f"${ENV}")
     path = default_path()
     return read(path) if path.is_file() else None
+
+
+def _given(path: Path, source: str) -> Profile:
+    """The profile at a path the user gave by `source` (the option or the variable): where the
+    path is no file to read (missing, a directory), the error names `source` too, since the
+    user may not know which setting put it there; a file's own errors name its key."""
+    try:
+        return read(path)
+    except InputError as e:
+        if is_file(path):
+            raise
+        raise InputError(f"{source}: {e}") from None

@@ -13,6 +13,7 @@ from planner.calibration import profile as profiles
 from planner.calibration.measured import read_runs
 from planner.cli.common import JsonOpt, emit_json, err, out, path_given, whole
 from planner.inputs.errors import InputError
+from planner.inputs.files import exists, is_dir
 from planner.inputs.units import GIB
 from planner.model.calibratable import BY_KEY, DEFAULTS
 
@@ -129,6 +130,8 @@ def calibrate(
     """Refit the model's constants to Megatron-LM logs of one cluster; write the profile."""
     from planner.calibration.fit import fit
 
+    path = out_path or profiles.default_path()
+    _check_out(path)  # before the logs are read and fitted
     notes: list[str] = []
     runs = read_runs(logs, gpu, num_gpus, plan_path, vocab_size, notes)
     for note in notes:
@@ -139,7 +142,6 @@ def calibrate(
             f"--gpu: the logs ran on {', '.join(sorted(gpus))}: calibrate one GPU kind at a time"
         )
     result = fit(runs)
-    path = out_path or profiles.default_path()
     gpu_name, log_names = gpus.pop(), [str(p) for p in logs]
     text = profiles.render(result, gpu_name, log_names)
     try:
@@ -156,3 +158,16 @@ def calibrate(
         f"expected step-time error after calibration: +/-{result.band:.1%} ({result.band_basis})"
     )
     err.print(f"wrote {path}", soft_wrap=True)
+
+
+def _check_out(path: Path) -> None:
+    """--out names a file whose folders are folders or are yet to be made: a directory, or a
+    path under a file (FILE/x.toml, where making the folders says only "File exists"), is
+    refused naming the option and that file."""
+    if is_dir(path):
+        raise InputError(f"--out: {path}: is a directory, expected a file")
+    for folder in path.parents:
+        if is_dir(folder):
+            return
+        if exists(folder):
+            raise InputError(f"--out: {path}: {folder} is a file, not a directory")

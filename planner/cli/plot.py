@@ -21,7 +21,7 @@ from planner.cli.render_scale import usd_text
 from planner.inputs.errors import InputError
 from planner.inputs.units import format_si, format_tokens
 from planner.ops.operations import Operations
-from planner.search.scaling import ScaleCurve, ScalePoint
+from planner.search.scaling import NO_FIT, ScaleCurve, ScalePoint
 
 WIDTH = 920
 PANEL_H = 190
@@ -317,7 +317,10 @@ def _footnotes(
         ]
     foot += [f"[{i}] {n:,} GPUs: {note}" for i, (n, note) in enumerate(notes, start=1)]
     stalled = {p.num_gpus for p in curve.points if p.layout is not None and not p.feasible}
-    for why, ns in (("no layout fits", infeasible - stalled), ("no progress", stalled)):
+    refused = {p.num_gpus for p in curve.points if p.layout is None and p.note != NO_FIT}
+    settings = "no layout runs the job's settings"  # the table's note says which
+    whys = ((NO_FIT, infeasible - stalled - refused), (settings, refused), ("no progress", stalled))
+    for why, ns in whys:
         if ns:  # no progress: failures outpace the restarts and checkpoints (the table's note)
             foot.append(f"x: {why} at " + ", ".join(f"{n:,}" for n in sorted(ns)) + " GPUs")
     return foot

@@ -1,8 +1,10 @@
 """`planner scale`: the best layout at each GPU count (`planner.search.scaling`, suggest's search:
 a torchtitan job's `[torchtitan]` settings too): tokens/s, per-GPU efficiency, cost per token, days
 to the token budget, where adding GPUs stops paying, and `--plot` the curve as SVG. A size at
-which the job makes no progress under the failure settings is a row with a note. Exit 1 when no
-size has a layout that fits; 2 for bad input, and when no size makes progress (the options
+which the job makes no progress under the failure settings is a row with a note, as is one whose
+GPU count a setting must divide and does not (optimizer_instances, torchtitan's dp_replicate:
+the note names it). Exit 1 when no size has a layout that fits; 2 for bad input (a rule the job
+breaks on its own, such a setting at every size), and when no size makes progress (the options
 behind it named, `ops_options.no_progress_text`)."""
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from planner.inputs.hardware import MAX_GPUS
 from planner.inputs.job_request import JobArgs, request_job
 from planner.inputs.plan import Job
 from planner.search import scaling
-from planner.search.job_checks import check_job
+from planner.search.job_checks import check_job, check_sizes
 from planner.search.suggest import check_found
 
 MAX_SIZES = 64
@@ -153,6 +155,7 @@ def scale(
     req = request_job(job_path, args)
     job = req.job
     check_job(job, job_path)  # a rule no layout at any size runs: bad input, as `check` says
+    check_sizes(job, sizes, job_path)  # a setting that divides none of the sizes, the same
     prof = calibration.use(calibration_opt, job)
     # the sizes replace the job's num_gpus; they default when --num-gpus is not given
     defaulted = tuple(f for f in req.defaulted if f != "num_gpus")

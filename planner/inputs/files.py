@@ -49,6 +49,14 @@ def is_file(path: Path) -> bool:
         return False
 
 
+def exists(path: Path) -> bool:
+    """Whether anything is at the path (False for a name the system refuses)."""
+    try:
+        return path.exists()
+    except OSError:
+        return False
+
+
 def is_dir(path: Path) -> bool:
     """Whether the path is a directory (False for a name the system refuses)."""
     try:

@@ -22,7 +22,8 @@ from planner.inputs.tiers import LinkTier, check_domain_used, check_tiers
 MAX_GPUS = 1 << 24
 """GPUs a cluster may have: 16,777,216, some hundred times the largest training clusters built so
 far (~100,000-200,000 GPUs). Above it a count is a typo; below it the search's enumeration of
-divisors stays instant (it walks up to the square root)."""
+divisors stays instant (it walks up to the square root). A node's GPUs (`gpus_per_node`) are
+bounded by it too: a node holds no more GPUs than a cluster may."""
 
 
 MIN_HBM_TB_PER_S = 0.01
@@ -109,7 +110,7 @@ class GpuSpec(BaseModel):
     scaleup_name: str
     scaleup_domain_gpus: PositiveInt
     scaleup_bandwidth_gb_per_s_per_gpu: PositiveFloat = Field(description="one direction")
-    gpus_per_node: PositiveInt
+    gpus_per_node: PositiveInt = Field(le=MAX_GPUS)
     nic_bandwidth_gbit_per_s_per_gpu: PositiveFloat | None = None
     tdp_w: PositiveFloat
     host_cpu: Literal["xeon", "epyc-zen2", "grace"] = Field(
@@ -212,7 +213,7 @@ class ClusterSpec(BaseModel):
 
     gpu: GpuSpec
     num_gpus: PositiveInt = Field(le=MAX_GPUS)
-    gpus_per_node: PositiveInt
+    gpus_per_node: PositiveInt = Field(le=MAX_GPUS)  # a node holds no more than a cluster may
     memory_gib: PositiveFloat
     power_limit_w: PositiveFloat | None = Field(
         default=None, description="power cap per GPU; None = the catalog TDP"

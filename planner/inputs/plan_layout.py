@@ -46,19 +46,33 @@ def torchtitan_stages(num_layers: int, stages: int, mtp: int = 0) -> tuple[str, 
     return tuple(out)
 
 
+def too_many_stages(num_layers: int, pp: int, vpp: int) -> str | None:
+    """Why pp x vpp virtual stages split without a layout string do not run, None where they
+    do: more of them than the model's layers and the embedding and loss beside them, each stage
+    holding one of them at least (torchtitan b5bcd76c distributed/pipeline_parallel.py:390-395
+    raises "Number of stages (..) cannot be greater than effective layers (..)", the embedding
+    and the output weighing a layer each). One check for the plan file (`_stages_fit`) and for
+    the layouts the search and `planner check`'s fix list build
+    (`rules.torchtitan_shapes.stage_count`)."""
+    stages = pp * vpp
+    if stages <= num_layers + 2:
+        return None
+    return (
+        f"pp x vpp = {stages} virtual stages, more than the model's {num_layers} layers and its "
+        "embedding and loss"
+    )
+
+
 def _stages_fit(job: Job, section: ParallelSection, where: str) -> None:
     """pp x vpp virtual stages at most the model's layers and the embedding and loss beside
-    them (each stage holds one of them at least; a layout string's empty stages are counted by
-    the string, which `pipeline_layout.parse` bounds): a fuzzer's vpp of 2^31 built as many
-    chunks before any rule was asked."""
+    them (`too_many_stages`; a layout string's empty stages are counted by the string, which
+    `pipeline_layout.parse` bounds): a fuzzer's vpp of 2^31 built as many chunks before any
+    rule was asked."""
     vpp = section.vpp or 1
-    most = job.arch.num_layers + 2
-    if section.pipeline_model_parallel_layout is None and section.pp * vpp > most:
+    why = too_many_stages(job.arch.num_layers, section.pp, vpp)
+    if section.pipeline_model_parallel_layout is None and why is not None:
         field, value = ("vpp", vpp) if vpp > 1 else ("pp", section.pp)
-        raise InputError(
-            f"{where}: parallel.{field}: {value}: pp x vpp = {section.pp * vpp} virtual stages, "
-            f"more than the model's {job.arch.num_layers} layers and its embedding and loss"
-        )
+        raise InputError(f"{where}: parallel.{field}: {value}: {why}")
 
 
 def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -> Layout:

@@ -118,15 +118,15 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
         yield 5, "vpp", vpp, new
     factors = _factors(lay.dp)
     for k in factors:
-        yield 6, "tp", lay.tp * k, lay.with_(tp=lay.tp * k, dp=lay.dp // k)
+        yield 6, "tp", lay.tp * k, _titan_zero(job, lay.with_(tp=lay.tp * k, dp=lay.dp // k))
     for k in _factors(lay.tp):
         yield 6, "tp", lay.tp // k, _given_back(job, lay.with_(tp=lay.tp // k, dp=lay.dp * k))
     for k in factors:
-        yield 7, "cp", lay.cp * k, lay.with_(cp=lay.cp * k, dp=lay.dp // k)
+        yield 7, "cp", lay.cp * k, _titan_zero(job, lay.with_(cp=lay.cp * k, dp=lay.dp // k))
     for k in _factors(lay.cp):
         yield 7, "cp", lay.cp // k, _given_back(job, lay.with_(cp=lay.cp // k, dp=lay.dp * k))
     for pp, reshaped in other_pps(job, lay):
-        yield 8, "pp", pp, reshaped
+        yield 8, "pp", pp, reshaped and _titan_zero(job, reshaped)
     experts = job.arch.num_moe_experts or 1
     for ep in (e for e in range(lay.ep + 1, experts + 1) if experts % e == 0):
         yield 9, "ep", ep, lay.with_(ep=ep)
@@ -141,17 +141,26 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
             yield 4, "offload_modules", modules, lay.with_(offload_modules=modules)
 
 
+def _titan_zero(job: Job, new: Layout) -> Layout:
+    """A layout whose tp, cp or pp moved a factor to or from dp, under torchtitan at the ZeRO
+    stage its data-parallel shards now ask (`rules.torchtitan.sharding`: FSDP2, zero_stage 3,
+    wherever dp_shard x cp > 1, else replicated, zero_stage 0): more tp or pp leaves fewer
+    shards, down to one where dp is dp_replicate, less leaves more (`_also` names the change:
+    `zero_stage 3 -> 0`; a dp_replicate that no longer divides dp the rules refuse). A Megatron
+    layout as it is."""
+    if job.framework != "torchtitan":
+        return new
+    return new.with_(zero_stage=3 if shard_degree(job, new) > 1 else 0)
+
+
 def _given_back(job: Job, new: Layout) -> Layout:
     """A layout with tp or cp given back to dp, as the plan file so edited runs it: at tp 1
     without sequence parallelism (Megatron turns it off there, `plan_layout`) or TP overlap
     (which needs it: `rules.parallel.sequence_parallel`); under torchtitan at the ZeRO stage
-    its data-parallel shards now ask (FSDP2 wherever dp_shard x cp > 1: less tp leaves more of
-    them, `rules.torchtitan.sharding`)."""
+    its data-parallel shards now ask (`_titan_zero`)."""
     if new.tp == 1:
         new = new.with_(sequence_parallel=False, tp_comm_overlap=False)
-    if job.framework == "torchtitan":
-        new = new.with_(zero_stage=3 if shard_degree(job, new) > 1 else 0)
-    return new
+    return _titan_zero(job, new)
 
 
 def gives_back(field: str, before: object, after: object) -> bool:
@@ -220,10 +229,10 @@ def _also(job: Job, layout: Layout, field: str, new: Layout) -> str:
     (`sequence_parallel`) or off (`sequence_parallel off`: a plan that leaves it out would run
     it at the new tp), and to tp 1, off, with TP overlap (`tp_comm_overlap off`: the rules
     refuse it without sequence parallelism, `_given_back`); the ZeRO stage torchtitan's shards
-    ask at a tp given back (`zero_stage 0 -> 3`); torchtitan's schedule where the plan names
-    none and the default at the new vpp is another (1F1B at one stage a rank, Interleaved1F1B
-    at more: a plan naming the old one explicitly, the same plan, would have its stages
-    refused)."""
+    ask at the new tp, cp or pp (`zero_stage 0 -> 3`, `3 -> 0`: `_titan_zero`); torchtitan's
+    schedule where the plan names none and the default at the new vpp is another (1F1B at one
+    stage a rank, Interleaved1F1B at more: a plan naming the old one explicitly, the same plan,
+    would have its stages refused)."""
     also = [f"dp {layout.dp} -> {new.dp}"] if new.dp != layout.dp else []
     if field != "vpp" and new.vpp != layout.vpp:
         also.append(f"vpp {layout.vpp} -> {new.vpp}")

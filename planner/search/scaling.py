@@ -6,8 +6,9 @@ torchtitan job over the `[torchtitan]` settings too) and reports, per size: toke
 tokens/s (x goodput, `planner.ops`), per-GPU efficiency against the smallest size that has a
 layout, cost per million tokens and days to the token budget. A size at which the job makes no
 progress (failures far more often than its restarts and checkpoints take,
-`planner.ops.resilience.NoProgress`) is a point with a note, as a size where no layout fits is;
-only where no size makes progress is that an error.
+`planner.ops.resilience.NoProgress`) is a point with a note, as a size where no layout fits is
+and one where no layout runs the job's settings (`scale`: a setting its GPU count does not
+divide, say); only where no size makes progress is that an error.
 
 The global batch (sequences per step) is held fixed, as in the plan: more GPUs mean fewer
 micro-batches per pipeline or smaller micro-batches, so the pipeline bubble and the exposed
@@ -42,6 +43,7 @@ from planner.ops import operations as ops
 from planner.ops.assumptions import OpsParams
 from planner.ops.resilience import NoProgress
 from planner.search import rules, suggest
+from planner.search.job_checks import sized_note
 from planner.search.space import Space
 from planner.search.titan_variants import candidate_job, changed
 from planner.search.top_k import Candidate
@@ -52,6 +54,9 @@ Found = tuple[Layout, Performance] | Candidate
 
 BestLayout = Callable[[Job], Found | None]
 """Plans one job: what it found best, or None when nothing fits."""
+
+NO_FIT = "no layout fits"
+"""The note of a size where layouts run the job's settings but none fits memory."""
 
 STOPS_PAYING_THRESHOLD = 0.5
 """Marginal efficiency below which added GPUs are said to stop paying."""
@@ -257,7 +262,13 @@ def scale(
     ops_params: OpsParams | None = None,
     threshold: float = STOPS_PAYING_THRESHOLD,
 ) -> ScaleCurve:
-    """Plan `job` at each size in `sizes` (ascending) and compare them."""
+    """Plan `job` at each size in `sizes` (ascending) and compare them. A size no layout of
+    which runs the job's settings is a point with a note saying why, searched for none: a rule
+    the job breaks on its own (`rules.job_violations`, every size alike: the `scale` command
+    refuses such a job first, `job_checks.check_job`), or a setting that must divide a
+    data-parallel size and does not divide the size's GPU count (`job_checks.sized_note`:
+    Megatron's optimizer_instances, torchtitan's dp_replicate); a size where none fits memory
+    says "no layout fits" (`NO_FIT`)."""
     if not sizes:
         raise InputError("num_gpus: no GPU counts given")
     check_threshold(threshold)
@@ -271,10 +282,10 @@ def scale(
     stalled: list[NoProgress] = []
     for n in sorted(set(sizes)):
         j = job_at(job, n)
-        found = None if broken else best_layout(j)
+        refused = f"no layout runs: {broken}" if broken else sized_note(j)
+        found = None if refused else best_layout(j)
         if found is None:
-            note = f"no layout runs: {broken}" if broken else "no layout fits"
-            raw.append(ScalePoint(n, None, None, None, note=note))
+            raw.append(ScalePoint(n, None, None, None, note=refused or NO_FIT))
             continue
         runs, lay, perf = resolved(j, found)
         titan = runs.titan if runs.framework == "torchtitan" else None

@@ -6,6 +6,7 @@ settings), and the rule each setting breaks, cited where the message quotes it."
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -98,3 +99,43 @@ def test_a_job_that_only_misses_memory_still_exits_1(
     code, out, err = run(["suggest", str(tmp_path / "one.toml")], capsys)
     assert code == 1, err
     assert "nothing fits: memory" in out, out
+
+
+SIZED = [
+    # 3 divides 12 (dp 3 at tp = pp = cp = 1, Megatron's instances then one a data-parallel
+    # rank) and not 8: dp x cp divides 8, so no layout of 8 GPUs has a dp x cp 3 divides
+    ("optimizer_instances = 3", "", "training.optimizer_instances 3"),
+    # dp = dp_replicate x dp_shard divides the GPU count: 3 x 4 at 12, nothing 3 divides at 8
+    (TITAN, "[torchtitan]\ndp_replicate = 3", "torchtitan.dp_replicate 3"),
+]
+
+
+@pytest.mark.parametrize(("training", "titan", "named"), SIZED)
+def test_scale_names_the_setting_at_each_size_it_does_not_divide(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], training: str, titan: str, named: str
+) -> None:
+    """scale said "no layout fits" at 8 GPUs, which reads as memory: the note names the setting
+    and the size (s41's "knowingly left" list), and 12 GPUs, which it divides, is planned."""
+    path = job(tmp_path, training, titan).read_text().replace("= 128", "= 96")
+    (tmp_path / "j.toml").write_text(path)  # 96 sequences: a whole number a rank at 8 and 12
+    svg = tmp_path / "curve.svg"
+    argv = ["scale", str(tmp_path / "j.toml"), "--num-gpus", "8,12", "--plot", str(svg)]
+    code, out, err = run([*argv, "--json"], capsys)
+    assert code == 0, err
+    at = {p["num_gpus"]: p for p in json.loads(out)["points"]}
+    assert not at[8]["feasible"] and at[12]["feasible"]
+    assert at[8]["note"] == f"no layout runs: {named} divides no data-parallel size at 8 GPUs"
+    assert "no layout fits" not in svg.read_text() and "no layout runs" in svg.read_text()
+
+
+@pytest.mark.parametrize(("training", "titan", "named"), SIZED)
+def test_scale_refuses_a_setting_that_divides_none_of_the_sizes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], training: str, titan: str, named: str
+) -> None:
+    """Neither 8 nor 16 is a multiple of 3: no size is planned, and that is the setting (exit 2
+    naming the file, the field, the value and the sizes), not memory (exit 1)."""
+    path = job(tmp_path, training, titan)
+    code, out, err = run(["scale", str(path), "--num-gpus", "8,16"], capsys)
+    field, value = named.split()
+    assert code == 2 and out == "", err
+    assert f"{path}: {field}: {value} does not divide the GPU counts (8, 16)" in err, err

@@ -23,7 +23,7 @@ from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED
 from planner.search.rules.base import Violation
 from planner.search.rules.torchtitan_era import head_era
 from planner.search.rules.torchtitan_mtp import mtp
-from planner.search.rules.torchtitan_shapes import heads, placement, schedule
+from planner.search.rules.torchtitan_shapes import heads, placement, schedule, stage_count
 from planner.search.rules.torchtitan_tied import tied_pipeline
 
 
@@ -365,7 +365,7 @@ def deepep(job: Job, lay: Layout) -> Violation | None:
 
 
 RULES = (
-    sharding, schedule, placement, heads, experts, features, deepep, head_era, megatron_recipes,
-    mtp, tied_pipeline,
+    sharding, schedule, stage_count, placement, heads, experts, features, deepep, head_era,
+    megatron_recipes, mtp, tied_pipeline,
 )  # fmt: skip
 """The framework rules, in the order their messages are listed."""

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.plan_layout import too_many_stages, torchtitan_stages
 from planner.inputs.torchtitan import SINGLE_STAGE, V_SHAPED
 from planner.inputs.torchtitan_pipeline import v_stages
 from planner.model import torch_schedules
@@ -90,6 +91,22 @@ def placement(job: Job, lay: Layout) -> Violation | None:
         f"the layout places its stages {'in a V' if lay.v_stages else 'looped'}, but "
         f"{name!r} runs {runs}",
     )
+
+
+def stage_count(job: Job, lay: Layout) -> Violation | None:
+    """torchtitan's own split (the plan gives no layout string) over at most the model's layers
+    and its embedding and loss: torchtitan raises above them, as the plan file's reading refuses
+    them (`plan_layout.too_many_stages`, one check for both); the split such a layout carries
+    (`plan_layout.torchtitan_stages`) would hold empty stages."""
+    if job.framework != "torchtitan" or lay.pp == 1:
+        return None
+    layers = job.arch.num_layers
+    own = torchtitan_stages(layers, lay.pp * lay.vpp, job.arch.mtp_num_layers)
+    why = too_many_stages(layers, lay.pp, lay.vpp)
+    if why is None or lay.pipeline_layout not in (None, own):
+        return None
+    field, value = ("vpp", lay.vpp) if lay.vpp > 1 else ("pp", lay.pp)
+    return Violation("tt_stages", f"parallel.{field}", f"{value}: {why}")
 
 
 def _accumulation(job: Job, lay: Layout) -> Violation | None:
