@@ -9,7 +9,8 @@ True: Megatron-LM's CI writes a YAML `true` as the key alone (Megatron-LM d98e8a
 tests/functional_tests/shell_test_utils/_run_training.sh). Values are read as NeMo-Run reads
 them: integers, floats, True / False, None, else text.
 
-What each key becomes: `nemo_keys`; the `[training]` table: `nemo_training`.
+What each key becomes: `nemo_keys` (and `nemo_unread`, the keys that are not read); the
+`[parallel]` table: `nemo_parallel`; the `[training]` table: `nemo_training`.
 """
 
 from __future__ import annotations
@@ -30,13 +31,13 @@ from planner.inputs.nemo_keys import (
     FACTORY,
     KEY,
     PARALLEL,
-    PARALLEL_SWITCHES,
     ROOTS,
     TRAINING,
     NemoLine,
     classify,
     value_of,
 )
+from planner.inputs.nemo_parallel import parallel_table
 from planner.inputs.nemo_recipes import GPUS_PER_NODE, NEMO_SOURCE, RECIPES, Recipe
 from planner.inputs.nemo_training import training_table
 
@@ -186,10 +187,10 @@ def read(
         f"model: NeMo recipe {recipe.factory} ({recipe.config}; {NEMO_SOURCE}) as zoo {recipe.zoo}"
     ]
     missing = list(recipe.not_modelled)
-    ignored = classify(line.values, line.where, missing)
+    ignored = classify(line.values, line.where, missing, notes)
     _gpu_count(line, recipe, num_gpus, notes)
     model = _model(line, recipe, vocab_size, notes)
-    parallel = _parallel(line, recipe)
+    parallel = parallel_table(line, recipe, notes)
     training = training_table(line, recipe, model, notes)
     doc = {
         "model": model,
@@ -240,12 +241,8 @@ def _model(
             value = _config_default(line, key, name, model)
         model[name] = value
         changed.append(f"{name}={value}")
-    shared = line.get("model.config.share_embeddings_and_output_weights")
+    shared = line.flag("model.config.share_embeddings_and_output_weights")
     if shared is not None:
-        if not isinstance(shared, bool):
-            raise line.fail(
-                "model.config.share_embeddings_and_output_weights", "expected True or False"
-            )
         model["untie_embeddings_and_output_weights"] = not shared
         changed.append(f"share_embeddings_and_output_weights={shared}")
     freq = line.get("model.config.moe_layer_freq")
@@ -310,81 +307,3 @@ def _vocabulary(
         f"vocabulary: {size:,}, {what}: MockDataModule's default tokenizer, which "
         f"{recipe.config} takes (give --vocab-size for another tokenizer)"
     )
-
-
-DEGREES = frozenset({"tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size"})
-"""The [parallel] fields `_parallel` reads as numbers (the others the plan's checks type)."""
-
-
-def _parallel(line: NemoLine, recipe: Recipe) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "tp": recipe.tp,
-        "pp": recipe.pp,
-        "cp": recipe.cp,
-        "ep": recipe.ep,
-        "micro_batch_size": recipe.micro_batch_size,
-    }
-    vpp: Any = recipe.vpp
-    for key, name in PARALLEL.items():
-        if key in line.values:
-            value = line.get(key)
-            number = isinstance(value, int) and not isinstance(value, bool)
-            if name in DEGREES and value is not None and not number:  # compared below
-                raise line.fail(key, "expected an integer")
-            if name == "vpp":
-                vpp = value
-            elif value is not None:
-                out[name] = value
-    if out["pp"] == 1:
-        vpp = None  # NeMo's _validate_config drops vpp without pipeline parallelism
-    out["vpp"] = 1 if vpp is None else vpp
-    for side in ("embedding", "loss"):  # the recipe's, unless the line sets it
-        key = f"account_for_{side}_in_pipeline_split"
-        value = line.get(f"trainer.strategy.{key}", recipe.accounted)
-        if not isinstance(value, bool):
-            raise line.fail(f"trainer.strategy.{key}", "expected True or False")
-        if value:
-            out[key] = True
-    sp = line.get("trainer.strategy.sequence_parallel", recipe.sp)
-    for key, name in PARALLEL_SWITCHES.items():
-        value = line.get(key)
-        if value is not None and not isinstance(value, bool):
-            raise line.fail(key, "expected True or False")
-        if value is not None:
-            out[name] = value
-    out["sequence_parallel"] = bool(sp) and out["tp"] > 1  # NeMo turns it off at tp = 1
-    distributed = line.get("optim.config.use_distributed_optimizer", True)
-    out["zero_stage"] = 1 if distributed else 0
-    p2p_overlap(line, out)
-    return out
-
-
-OVERLAP, BATCH = "model.config.overlap_p2p_comm", "model.config.batch_p2p_comm"
-
-
-def p2p_overlap(line: NemoLine, out: dict[str, Any]) -> None:
-    """`parallel.overlap_p2p_comm` from ModelParallelConfig's switches, which NeMo hands to
-    Megatron-Core as the line gives them (no validate_args; the recipes planner reads add no
-    MegatronCommOverlapCallback outside performance_mode, e.g. llama31_405b.py
-    pretrain_recipe, which would write its own over them): d98e8a64 model_parallel_config.py
-    :385 and :390 default the overlap off and batch_p2p_comm on; the interleaved schedule
-    raises with both on
-    (schedules.py:1086-1087), the non-interleaved one with the overlap on (:2182-2184). Off,
-    each exchange is waited for before the compute goes on, batched or not
-    (p2p_communication.py:416), as planner prices it off."""
-    overlap, batch = line.get(OVERLAP), line.get(BATCH)
-    for key, value in ((OVERLAP, overlap), (BATCH, batch)):
-        if value is not None and not isinstance(value, bool):
-            raise line.fail(key, "expected True or False")
-    if overlap is None:
-        if batch is not None:
-            raise line.fail(BATCH, f"read only beside {OVERLAP} (give both)")
-        return
-    if overlap and out["pp"] > 1 and out["vpp"] == 1:
-        why = "Megatron-Core's non-interleaved schedule raises on it (schedules.py:2182-2184)"
-        raise line.fail(OVERLAP, f"{why}: give it with vpp > 1 alone")
-    if overlap and out["vpp"] > 1 and batch is not False:
-        why = "the interleaved schedule raises beside batch_p2p_comm, on by default"
-        cite = "model_parallel_config.py:390, schedules.py:1086-1087 @d98e8a64"
-        raise line.fail(OVERLAP, f"{why} ({cite}): add {BATCH}=False")
-    out["overlap_p2p_comm"] = overlap

@@ -37,14 +37,22 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
                                                moe_flex_dispatcher_num_sms ([parallel])
     model.config.use_transformer_engine_op_fuser (with moe_grouped_gemm,
       moe_mlp_glu_interleave_size)             moe_fused_grouped_mlp (moe_checks)
-    model.config.overlap_p2p_comm (with batch_p2p_comm)   overlap_p2p_comm ([parallel];
-                                               `nemo_args.p2p_overlap`)
+    model.config.overlap_p2p_comm (with batch_p2p_comm)   overlap_p2p_comm ([parallel]; off
+                                               unless the line turns it on, as NeMo runs it:
+                                               `nemo_parallel.p2p_overlap`)
+    model.config.cpu_offloading (with cpu_offloading_num_layers)   cpu_offloading_num_layers
+                                               (the count alone offloads nothing in NeMo)
+    model.config.tp_comm_overlap=True          refused: NeMo makes no userbuffers without its
+                                               comm-overlap callback (`nemo_parallel`)
+    trainer.strategy.use_te_rng_tracker        needed beside enable_cuda_graph (`nemo_training`)
 
-Any other `model.config.`, `trainer.strategy.[ddp.]`, `trainer.plugins.` or `optim.config.` key is
-classified by the Megatron-LM flag of its name (`--name-with-dashes`, or `--no-...`), as
-`megatron_args` classifies flags: one the Megatron reader ignores does not change memory or
-layout and is ignored (listed with `check --verbose`), one of `NOT_MODELLED` gets its note, one the
-Megatron reader reads is refused (it changes memory, and is not mapped here). Run bookkeeping
+Keys NeMo runs that planner does not price, and model.config keys NeMo writes the strategy's
+over, are noted (`nemo_unread`). Any other `model.config.`, `trainer.strategy.[ddp.]`,
+`trainer.plugins.` or `optim.config.` key is classified by the Megatron-LM flag of its name
+(`--name-with-dashes`, or `--no-...`), as `megatron_args` classifies flags: one the Megatron
+reader ignores does not change memory or layout and is ignored (listed with `check --verbose`),
+one of `NOT_MODELLED` gets its note, one the Megatron reader reads or refuses (`REFUSED`) is
+refused (it changes memory, and is not mapped here). Run bookkeeping
 (steps, validation, logging, checkpointing, learning rates: HARMLESS) is ignored and listed. Any
 other key is refused, naming the key and its value.
 """
@@ -58,7 +66,8 @@ from typing import Any
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_flags import NOT_MODELLED, READ, megatron_flags
+from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED, megatron_flags
+from planner.inputs.nemo_unread import NOTED, OVERWRITTEN, unread_note
 
 ROOTS = ("trainer", "model", "data", "optim", "log", "resume")
 """The top-level entries of `nemo llm pretrain`'s Partial (llm.api.pretrain's arguments)."""
@@ -82,7 +91,6 @@ PARALLEL = {
     "model.config.recompute_method": "recompute_method",
     "model.config.recompute_num_layers": "recompute_num_layers",
     "model.config.recompute_modules": "recompute_modules",
-    "model.config.cpu_offloading_num_layers": "cpu_offloading_num_layers",
     "model.config.activation_offload_fraction": "activation_offload_fraction",
     "model.config.moe_token_dispatcher_type": "moe_token_dispatcher_type",
     "model.config.moe_flex_dispatcher_backend": "moe_flex_dispatcher_backend",
@@ -98,7 +106,6 @@ PARALLEL_SWITCHES = {
     "trainer.strategy.sequence_parallel": "sequence_parallel",
     "trainer.strategy.ddp.overlap_grad_reduce": "overlap_grad_reduce",
     "trainer.strategy.ddp.overlap_param_gather": "overlap_param_gather",
-    "model.config.tp_comm_overlap": "tp_comm_overlap",
     "model.config.defer_embedding_wgrad_compute": "defer_embedding_wgrad_compute",
     "model.config.moe_shared_expert_overlap": "moe_shared_expert_overlap",
     # MegatronStrategy's (Megatron-Bridge 067f987d docs/nemo2-migration-guide.md:823)
@@ -154,6 +161,10 @@ SPECIAL = (
     "model.config.moe_mlp_glu_interleave_size",
     "model.config.overlap_p2p_comm",
     "model.config.batch_p2p_comm",
+    "model.config.cpu_offloading",
+    "model.config.cpu_offloading_num_layers",
+    "model.config.tp_comm_overlap",
+    "trainer.strategy.use_te_rng_tracker",
     "data.tokenizer",
     *GRAPH_KEYS,
 )
@@ -170,8 +181,6 @@ HARMLESS = frozenset(
         "trainer.enable_checkpointing",
         "trainer.gradient_clip_val",
         "trainer.accumulate_grad_batches",  # NeMo's MegatronStrategy keeps 1: batches are data.*
-        "trainer.strategy.pipeline_dtype",
-        "trainer.plugins.pipeline_dtype",
         "trainer.strategy.gradient_as_bucket_view",
         "trainer.strategy.ckpt_async_save",
         "trainer.strategy.ckpt_parallel_load",
@@ -211,7 +220,10 @@ BY_MEGATRON_FLAG = (
 _ARCH_FIXED = {"name", "source", "display_name", "seq_length", "moe_layer_freq"}
 ARCH_KEYS = {f"model.config.{f}": f for f in ModelArch.model_fields if f not in _ARCH_FIXED}
 """model.config.<field> -> the ModelArch field of the same name (TransformerConfig's names)."""
-KNOWN = frozenset({*PARALLEL, *PARALLEL_SWITCHES, *TRAINING, *SPECIAL, *HARMLESS, *ARCH_KEYS})
+KNOWN = frozenset(
+    {*PARALLEL, *PARALLEL_SWITCHES, *TRAINING, *SPECIAL, *HARMLESS, *ARCH_KEYS, *NOTED}
+    | set(OVERWRITTEN)
+)
 TYPO_CUTOFF = 0.9
 """difflib similarity from which an unknown key is taken for a misspelt known one:
 `trainer.strategy.tensor_model_paralel_size` scores 0.99, `data.micro_batch` 0.91; distinct
@@ -220,8 +232,8 @@ known keys score below it (`data.global_batch_size` against `data.micro_batch_si
 
 TRUE_WORDS = ("true", "yes", "on")
 FALSE_WORDS = ("false", "no", "off")
-"""NeMo-Run's booleans (nemo_run cli_parser.py `parse_bool`: 1 and 0 too, read here as the
-numbers, which count alike)."""
+"""NeMo-Run's booleans (NVIDIA/NeMo-Run cli_parser.py TypeParser.parse_bool: 1 and 0 too, read
+here as the numbers, which `NemoLine.flag` takes as True and False where a switch is read)."""
 
 
 def value_of(text: str) -> Any:
@@ -241,12 +253,21 @@ def value_of(text: str) -> Any:
     return text.strip("\"'")
 
 
-def classify(values: dict[str, Any], where: str, missing: list[str]) -> list[str]:
+def classify(values: dict[str, Any], where: str, missing: list[str], notes: list[str]) -> list[str]:
     """The keys that are not read: the harmless ones (returned, to be listed), the NOT_MODELLED
-    ones (a note in `missing`); any other is refused."""
+    ones and `nemo_unread.NOTED`'s (a note in `missing`), those NeMo writes another key over
+    (`nemo_unread.OVERWRITTEN`: a note in `notes`); a key whose Megatron-LM flag that reader
+    refuses (`megatron_flags.REFUSED`), or reads, is refused, as is any other."""
     ignored = []
     flags = megatron_flags()
     for key, value in values.items():
+        if key in NOTED or key in OVERWRITTEN:
+            note = unread_note(key, value)
+            if note is not None:
+                (notes if key in OVERWRITTEN else missing).append(note)
+            elif key in NOTED:
+                ignored.append(key)
+            continue
         if key in KNOWN and key not in HARMLESS:
             continue
         if key in HARMLESS or key.startswith(HARMLESS_PREFIXES):
@@ -260,6 +281,11 @@ def classify(values: dict[str, Any], where: str, missing: list[str]) -> list[str
             if flag in NOT_MODELLED:
                 missing.append(f"{key} ({flag}): {NOT_MODELLED[flag]}")
                 continue
+            if flag in REFUSED and _asks(flag, value):
+                raise InputError(
+                    f"{where}: {key}={value!r}: {REFUSED[flag]} (Megatron-LM {flag}, which "
+                    "planner refuses alike)"
+                )
             if flag is not None and flag not in READ:
                 ignored.append(key)
                 continue
@@ -275,6 +301,14 @@ def classify(values: dict[str, Any], where: str, missing: list[str]) -> list[str
     return sorted(ignored)
 
 
+def _asks(flag: str, value: Any) -> bool:
+    """Whether a key's value asks for what its Megatron-LM switch does: True for `--name`, False
+    for `--no-name` (NeMo-Run's 1 and 0 alike); anything else, yes."""
+    if value in (True, False) and not isinstance(value, float):
+        return bool(value) != flag.startswith("--no-")
+    return value is not None
+
+
 @dataclass
 class NemoLine:
     """A NeMo line's overrides as read: key -> value, the recipe it names, the words it has
@@ -287,6 +321,17 @@ class NemoLine:
 
     def get(self, key: str, default: Any = None) -> Any:
         return self.values.get(key, default)
+
+    def flag(self, key: str, default: bool | None = None) -> bool | None:
+        """A switch's value: True / False, or NeMo-Run's 1 / 0 (its parse_bool reads them for a
+        bool field; the on / off and yes / no words `value_of` reads); `default` where the line
+        leaves it out or gives None."""
+        value = self.values.get(key)
+        if value is None:
+            return default
+        if value in (0, 1) and not isinstance(value, float):
+            return bool(value)
+        raise self.fail(key, "expected True or False")
 
     def fail(self, key: str, why: str) -> InputError:
         return InputError(f"{self.where}: {key}={self.values.get(key)!r}: {why}")

@@ -28,9 +28,7 @@ def training_table(
     # NeMo's strategy writes the precision plugin's dtype settings over its DDP config
     # (megatron_strategy.py `update_config_with_dtype_overrides`, NeMo 8cfedd72): the plugin's
     # grad_reduce_in_fp32 (True by default, plugins/mixed_precision.py) is what runs
-    value = line.get("trainer.plugins.grad_reduce_in_fp32")
-    if value is not None and not isinstance(value, bool):
-        raise line.fail("trainer.plugins.grad_reduce_in_fp32", "expected True or False")
+    value = line.flag("trainer.plugins.grad_reduce_in_fp32")
     if value is not None:
         out["main_grad_dtype"] = "fp32" if value else "bf16"
     if line.get("trainer.strategy.ddp.grad_reduce_in_fp32") is not None:
@@ -57,18 +55,19 @@ def training_table(
     _graphs(line, out)
     if not recipe.flash_attention:
         out["flash_attention"] = False
-    fused = line.get("model.config.bias_activation_fusion")
-    if fused is not None and not isinstance(fused, bool):
-        raise line.fail("model.config.bias_activation_fusion", "expected True or False")
+    fused = line.flag("model.config.bias_activation_fusion")
     glu = model.get("gated_linear_unit", False)
     if glu and (not recipe.fused_glu if fused is None else not fused):
         out["fused_swiglu"] = False
     _loss(line, out)
     _dropouts(line, recipe, out)
     key = "model.config.use_transformer_engine_op_fuser"
-    grouped = line.get("model.config.moe_grouped_gemm") is not False
+    # grouped-GEMM experts only where the line asks: no recipe config here sets it, and
+    # TransformerConfig leaves it off (transformer_config.py:850 @d98e8a64; MixtralConfig,
+    # NeMo 8cfedd72 gpt/model/mixtral.py:36-78, does not set it)
+    grouped = bool(line.flag("model.config.moe_grouped_gemm", False))
     fused_mlp, note = fused_mlp_reading(
-        key, bool(line.get(key)), bool(model.get("num_moe_experts")) and grouped, glu,
+        key, bool(line.flag(key)), bool(model.get("num_moe_experts")) and grouped, glu,
         line.get("model.config.moe_mlp_glu_interleave_size"),
     )  # fmt: skip
     if fused_mlp:
@@ -83,11 +82,8 @@ def _fp8_gather(line: NemoLine) -> bool:
     agree (plugins/mixed_precision.py raises "Getting conflicting values for fp8_params and
     fp8_param_gather")."""
     keys = ("trainer.plugins.fp8_param_gather", "trainer.plugins.fp8_params")
-    values = [line.get(k) for k in keys]
+    values = [line.flag(k) for k in keys]
     given = [v for v in values if v is not None]
-    for key, value in zip(keys, values, strict=True):
-        if value is not None and not isinstance(value, bool):
-            raise line.fail(key, "expected True or False")
     if len(given) == 2 and given[0] != given[1]:
         raise line.fail(
             "trainer.plugins.fp8_params",
@@ -115,9 +111,7 @@ def _dropouts(line: NemoLine, recipe: Recipe, out: dict[str, Any]) -> None:
 def _loss(line: NemoLine, out: dict[str, Any]) -> None:
     """model.config.cross_entropy_loss_fusion / cross_entropy_fusion_impl, where the line sets
     them (TransformerConfig's fields; left out, the recipe's loss is timed as a fused one)."""
-    fused = line.get("model.config.cross_entropy_loss_fusion")
-    if fused is not None and not isinstance(fused, bool):
-        raise line.fail("model.config.cross_entropy_loss_fusion", "expected True or False")
+    fused = line.flag("model.config.cross_entropy_loss_fusion")
     impl = line.get("model.config.cross_entropy_fusion_impl")
     if impl is not None and impl not in ("native", "te"):
         raise line.fail("model.config.cross_entropy_fusion_impl", "expected native or te")
@@ -133,18 +127,19 @@ def _graphs(line: NemoLine, out: dict[str, Any]) -> None:
     impl = line.get(impl_key)
     if impl is not None and impl not in CUDA_GRAPH_IMPLS:
         raise line.fail(impl_key, f"expected one of {', '.join(CUDA_GRAPH_IMPLS)}")
-    legacy = line.get("model.config.enable_cuda_graph") or line.get(
+    legacy = line.flag("model.config.enable_cuda_graph") or line.flag(
         "model.config.external_cuda_graph"
     )
     if not (legacy or impl not in (None, "none")):
         return
+    _rng_tracker(line)
     out["cuda_graphs"] = True
     key = next((k for k in GRAPH_KEYS[3:] if line.get(k) is not None), None)
     words = str(line.get(key)) if key is not None else ""
     if "full_iteration" in words:  # Megatron-Core's full-iteration graph, by its old scope name
         impl = "full_iteration"
     elif impl in (None, "none"):  # the deprecated switches: external is Transformer Engine's
-        impl = "transformer_engine" if line.get("model.config.external_cuda_graph") else "local"
+        impl = "transformer_engine" if line.flag("model.config.external_cuda_graph") else "local"
     out["cuda_graph_impl"] = impl
     if key is None:
         return
@@ -153,3 +148,21 @@ def _graphs(line: NemoLine, out: dict[str, Any]) -> None:
         raise line.fail(key, parts)
     if parts and impl != "full_iteration":
         out["cuda_graph_modules"] = parts
+
+
+def _rng_tracker(line: NemoLine) -> None:
+    """GPTConfig.configure_model asserts Transformer Engine's RNG tracker with the deprecated
+    enable_cuda_graph unless the scope is the full iteration (NeMo 8cfedd72 gpt/model/base.py
+    :332-337); the tracker is the strategy's use_te_rng_tracker, which NeMo writes onto the model
+    config (_strategy_lib.py:166-171), so model.config.use_te_rng_tracker alone is overwritten."""
+    if not line.flag("model.config.enable_cuda_graph"):
+        return
+    if line.get("model.config.cuda_graph_scope") == "full_iteration":
+        return
+    key = "trainer.strategy.use_te_rng_tracker"
+    if not line.flag(key, False):
+        raise line.fail(
+            "model.config.enable_cuda_graph",
+            f"NeMo asserts Transformer Engine's RNG tracker beside it (gpt/model/base.py:332-337, "
+            f"NeMo 8cfedd72): add {key}=True",
+        )

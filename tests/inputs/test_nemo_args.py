@@ -83,7 +83,6 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         ("model.config.recompute_granularity=full", "parallel", "recompute", "full"),
         ("model.config.recompute_method=block", "parallel", "recompute_method", "block"),
         ("model.config.recompute_num_layers=2", "parallel", "recompute_num_layers", 2),
-        ("model.config.tp_comm_overlap=True", "parallel", "tp_comm_overlap", True),
         ("data.seq_length=4096", "training", "seq_length", 4096),
         ("data.global_batch_size=64", "training", "global_batch_size", 64),
         ("trainer.plugins.grad_reduce_in_fp32=False", "training", "main_grad_dtype", "bf16"),
@@ -169,7 +168,7 @@ def test_a_bare_key_is_true_and_sequence_parallel_needs_tp() -> None:
     vpp = "trainer.strategy.virtual_pipeline_model_parallel_size=4"
     assert doc(HEAD + vpp)["parallel"]["vpp"] == 1
     assert (
-        doc(HEAD + vpp + " trainer.strategy.pipeline_model_parallel_size=2")["parallel"]["vpp"] == 4
+        doc(HEAD + vpp + " trainer.strategy.pipeline_model_parallel_size=4")["parallel"]["vpp"] == 4
     )
 
 
@@ -256,14 +255,14 @@ def test_shape_overrides_move_the_derived_fields() -> None:
 
 def test_harmless_keys_are_ignored_and_listed() -> None:
     r = read(
-        HEAD + "trainer.max_steps=50 log.log_dir=/x model.config.moe_permute_fusion "
+        HEAD + "trainer.max_steps=50 log.log_dir=/x "
         "model.config.apply_query_key_layer_scaling optim.config.lr=1e-4"
     )
-    # moe_permute_fusion, apply_query_key_layer_scaling: Megatron-LM flags its reader ignores
+    # apply_query_key_layer_scaling: a Megatron-LM flag its reader ignores (NeMo's TE attention
+    # does not read it: megatron_args_memory.softmax_fields)
     assert r.ignored == (
         "log.log_dir",
         "model.config.apply_query_key_layer_scaling",
-        "model.config.moe_permute_fusion",
         "optim.config.lr",
         "trainer.max_steps",
     )

@@ -21,8 +21,11 @@ from planner.inputs.errors import InputError
     [
         ("model.config.cuda_graph_impl=none", {}),
         ("model.config.cuda_graph_impl=local", {"cuda_graphs": True, "cuda_graph_impl": "local"}),
-        # deprecated: local
-        ("model.config.enable_cuda_graph=True", {"cuda_graphs": True, "cuda_graph_impl": "local"}),
+        # deprecated: local (NeMo asserts the TE RNG tracker beside it, gpt/model/base.py:332-337)
+        (
+            "model.config.enable_cuda_graph=True trainer.strategy.use_te_rng_tracker=True",
+            {"cuda_graphs": True, "cuda_graph_impl": "local"},
+        ),
         (
             "model.config.cuda_graph_impl=transformer_engine "
             "model.config.cuda_graph_scope=[attn,moe_router,moe_preprocess]",
@@ -72,9 +75,10 @@ def test_the_op_fuser_fuses_the_experts_where_it_can() -> None:
     # interleave, nothing is fused and the reading says so
     mixtral = "nemo llm pretrain --factory mixtral_8x7b trainer.devices=8 "
     on = "model.config.use_transformer_engine_op_fuser=True "
-    fused = read(mixtral + on + "model.config.moe_mlp_glu_interleave_size=32", 64)
+    grouped = "model.config.moe_grouped_gemm=True "  # MixtralConfig leaves it off
+    fused = read(mixtral + on + grouped + "model.config.moe_mlp_glu_interleave_size=32", 64)
     assert fused.doc["training"]["moe_fused_grouped_mlp"] is True
-    plain = read(mixtral + on, 64)
+    plain = read(mixtral + on + grouped, 64)
     assert "moe_fused_grouped_mlp" not in plain.doc["training"]
     assert any("GLU interleave of 32" in n for n in plain.notes)
     dense = read(HEAD + on)

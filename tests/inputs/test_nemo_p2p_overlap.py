@@ -66,7 +66,6 @@ def test_without_interleaving_it_is_the_default_and_noted() -> None:
         # the non-interleaved schedule: schedules.py:2182-2184
         (NO_VPP + ON, r"non-interleaved schedule raises on it"),
         ("model.config.overlap_p2p_comm=maybe", r"overlap_p2p_comm='maybe': expected True or"),
-        ("model.config.batch_p2p_comm=False", r"read only beside model.config.overlap_p2p_comm"),
     ],
 )
 def test_what_megatron_core_raises_on_is_bad_input(overrides: str, message: str) -> None:
