@@ -13,13 +13,17 @@ it saves (`planner.model.activations` terms, split over TP as there):
                 Megatron's spec puts an IdentityOp there and nothing is offloaded)
     qkv_linear  the QKV linear's input: with TE's fused LayerNormLinear the norm's input and its
                 output (8 bits under FP8); MLA: the down-projections' input, the norm output
-    core_attn   what core attention saves: Q, K, V (MLA: unless mla_up_proj recomputes them) and
-                the flash kernel's 16-bit output, or without a flash kernel the s^2 softmax
-                output its second batched GEMM saves (`activations.scores`): the offload
-                context's saved-tensor hooks (pipeline_parallel/fine_grained_activation_offload.py)
-                take whatever the backend saves
-    attn_proj   the output projection's input: the attention output, the same tensor core_attn
-                saves (Megatron requires core_attn with it), plus its 8-bit copy under FP8
+    core_attn   what core attention saves: Q, K, V (MLA: copied but no saving where mla_up_proj
+                recomputes them) and the flash kernel's 16-bit output, or without a flash kernel
+                the s^2 softmax output its second batched GEMM saves (`activations.scores`):
+                the offload context's saved-tensor hooks (pipeline_parallel/
+                fine_grained_activation_offload.py) take whatever the backend saves; nothing
+                where selective recompute checkpoints core attention. The flash output leaves
+                the GPU only where nothing else holds it (`_attention_modules`): in bf16 the
+                output projection saves it too, so without attn_proj it is copied and kept
+    attn_proj   the output projection's input: in bf16 with flash attention the tensor core_attn
+                copies (Megatron requires core_attn with it), copied a second time; its 8-bit
+                copy under FP8; without flash its own input
     mlp_norm    a separate pre-MLP norm's input (MoE layers; fused into fc1 in dense TE layers)
     expert_fc1  the experts' fc1 input per routed pair (x etp; 8 bits under MXFP8, bf16 under
                 the other FP8 recipes, whose offload makes fc1 save its original)
@@ -43,10 +47,12 @@ the whole layers. (NVIDIA/Megatron-LM d98e8a64.)
 Megatron skips tensors below min_offloaded_tensor_size (1M elements, MIN_OFFLOADED_ELEMENTS): a
 module whose per-GPU share is smaller stays on the GPU here too (tested per module, a slight
 over-count on the GPU: the safe side for a memory gate).
-Time: `transfer_seconds`, the bytes one way over the GPU's host link.
+Time: `transfer_seconds`, the bytes copied (`copied_bytes`) one way over the GPU's host link.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
@@ -63,36 +69,93 @@ def _big(nbytes: float, elem: float = BF16) -> float:
     return nbytes if nbytes / elem >= MIN_OFFLOADED_ELEMENTS else 0.0
 
 
-def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
+@dataclass(frozen=True)
+class Moved:
+    """One layer's offload groups per micro-batch, bytes (module docstring): `freed`, what leaves
+    the GPU (counted against `planner.model.activations`); `copied`, what the groups copy to the
+    host and back (host memory and transfer time); `reloaded`, what their reload puts back on the
+    GPU at once (`window_bytes`). They differ at the attention output (`_attention_modules`) and
+    where recompute already frees what a group copies."""
+
+    freed: float = 0.0
+    copied: float = 0.0
+    reloaded: float = 0.0
+
+    def __add__(self, other: Moved) -> Moved:
+        return Moved(
+            self.freed + other.freed,
+            self.copied + other.copied,
+            self.reloaded + other.reloaded,
+        )
+
+    def big(self, elem: float) -> Moved:
+        """`self`, or nothing where what is copied is below MIN_OFFLOADED_ELEMENTS (`_big`)."""
+        return self if _big(self.copied, elem) else Moved()
+
+
+def _all(nbytes: float) -> Moved:
+    """Bytes a group copies that nothing else holds: freed, copied and reloaded alike."""
+    return Moved(nbytes, nbytes, nbytes)
+
+
+def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> Moved:
+    """The attention block's groups. Core attention runs in the core_attn group unless selective
+    recompute checkpoints it (Megatron-LM d98e8a64 attention.py:1555-1564, MLA
+    multi_latent_attention.py:384-392: the checkpoint runs outside the group's context, so
+    nothing of it moves). The group copies what the kernel saves (Q, K, V and the flash kernel's
+    output, or the unfused one's s^2 scores) and releases Q, K and V by force (:1605-1606,
+    MLA :430-431); each group replaces only its own reference by the host copy
+    (fine_grained_activation_offload.py:1093-1124, :895-935). So the flash kernel's output
+    leaves the GPU only where nothing outside the group holds it: the output projection saves
+    that very tensor in bf16 (attention.py:1626-1629), on the GPU unless attn_proj offloads
+    and releases it (:1629); a quantised projection saves its own copy; the output gate
+    (:1617-1619, outside both groups) keeps the kernel's output; all-to-all context parallelism
+    hands the projection a new tensor (`Shard.cp_out_part`). With attn_proj as well the two
+    groups copy the shared output each (no dedup across groups: `_set_duplicate_storage_info`
+    only reports within one) and reload it one after the other: attn_proj's for the
+    projection's backward, core_attn's when that backward is done (the group start's
+    backward, :1456-1461). Where mla_up_proj recomputes Q, K and V (discarded after the
+    forward, multi_latent_attention.py:455-457) the group still copies them: host bytes, no
+    saving. What is copied but kept is reloaded beside the original."""
     T, h, a = sh.tokens, arch.hidden_size, arch.num_attention_heads
     w = word(sh)  # a 16-bit value of bf16 training: 4 bytes in fp32
-    rep = part = 0.0
+    rep, moved = 0.0, Moved()
     mla = arch.multi_latent_attention
     if "attn_norm" in modules and mla:
         rep += w * T * h
     if "qkv_linear" in modules:
         rep += w * T * h if mla else w * T * h + linear_in(BF16 * T * h, sh)
-    if "core_attn" in modules:
-        if mla:
-            assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
-            dqk, dv = arch.qk_head_dim + arch.qk_pos_emb_head_dim, arch.v_head_dim
-            if not sh.drops("mla_up_proj"):
-                part += w * T * a * (2 * dqk + dv)
-            out = w * T * a * dv
+    if mla:
+        assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
+        dqk, dv = arch.qk_head_dim + arch.qk_pos_emb_head_dim, arch.v_head_dim
+        qkv, out = w * T * a * (2 * dqk + dv), w * T * a * dv
+    else:
+        d, g = arch.head_dim, arch.query_groups
+        qkv, out = w * T * (a + 2 * g) * d, w * T * a * d
+    kernel = sh.flash_attention and not sh.drops("core_attn")
+    gated = arch.attention_output_gate and not sh.cp_out_part  # the gate holds the output
+    # the projection saves the very tensor the flash kernel saved (bf16, no gate, no all-to-all)
+    shared = kernel and not (sh.quantised or arch.attention_output_gate or sh.cp_out_part)
+    core = "core_attn" in modules and not sh.drops("core_attn")
+    if core:
+        recomputed = mla and sh.drops("mla_up_proj")  # freed by the recompute, copied all the same
+        moved += Moved(0.0 if recomputed else qkv, qkv, qkv)
+        if not kernel:
+            moved += _all(scores(arch, sh))
+        elif gated or (shared and "attn_proj" not in modules):
+            moved += Moved(0.0, out, out)  # copied, kept on the GPU by the gate or projection
         else:
-            d, g = arch.head_dim, arch.query_groups
-            part += w * T * (a + 2 * g) * d
-            out = w * T * a * d
-        # the flash kernel saves its output; the unfused one its s^2 softmax output instead
-        part += out if sh.flash_attention else scores(arch, sh)
+            moved += _all(out)
     if "attn_proj" in modules:
-        width = (arch.v_head_dim or 0) if mla else arch.head_dim
-        out = w * T * a * width
-        # with flash attention the projection's bf16 input is core_attn's tensor (counted there):
-        # it adds its quantised copy under FP8 / NVFP4; without flash its own input
-        quantised = out * sh.linear_bytes / BF16 if sh.quantised else 0.0
-        part += quantised if sh.flash_attention else linear_in(out * BF16 / w, sh)
-    return _big(split(rep, part, sh), w)
+        proj_in = out if shared else linear_in(out * BF16 / w, sh)  # the projection's input
+        # the shared output a second time: freed and reloaded once, with core_attn's
+        moved += Moved(0.0, proj_in, 0.0) if shared and core else _all(proj_in)
+    return (_all(split(rep, 0.0, sh)) + _split(moved, sh)).big(w)
+
+
+def _split(m: Moved, sh: Shard) -> Moved:
+    """`m`, head-parallel bytes, on one GPU of the TP group (`shard.split`)."""
+    return Moved(split(0.0, m.freed, sh), split(0.0, m.copied, sh), split(0.0, m.reloaded, sh))
 
 
 def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
@@ -114,6 +177,31 @@ def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
     return out
 
 
+def moved(
+    arch: ModelArch,
+    is_moe: bool | LayerKind,
+    sh: Shard,
+    modules: frozenset[str],
+    recompute: bool = True,
+) -> Moved:
+    """What fine-grained offloading moves of one layer's saved activations per micro-batch
+    (module docstring; `Moved`: freed on the GPU, copied to the host, reloaded at once), for a
+    layer of a kind (or a transformer layer's MoE flag: a hybrid stack's layers offload their
+    attention or MoE block's modules, a Mamba mixer or a gated delta net none: Megatron-Core
+    marks no offload group in either); nothing without modules, under full recompute (nothing
+    is saved inside the checkpointed layer), or for modules a checkpointed block (mlp, moe)
+    discards. recompute=False ignores full and per-op recompute: what a layer that full
+    recompute leaves whole offloads (block recompute's layers after the first N of a chunk,
+    `offloading_layers`)."""
+    if not modules or (recompute and sh.recompute in ("full", "per_op")):
+        return Moved()
+    kind = layer_kind(is_moe)
+    total = _attention_modules(arch, sh, modules) if kind.mixer == "attention" else Moved()
+    if kind.moe and not sh.drops("moe"):
+        total += _all(_moe_modules(arch, sh, modules))
+    return total
+
+
 def offloaded_bytes(
     arch: ModelArch,
     is_moe: bool | LayerKind,
@@ -121,21 +209,17 @@ def offloaded_bytes(
     modules: frozenset[str],
     recompute: bool = True,
 ) -> float:
-    """Bytes of one layer's saved activations per micro-batch that fine-grained offloading keeps
-    in host memory (module docstring), for a layer of a kind (or a transformer layer's MoE flag:
-    a hybrid stack's layers offload their attention or MoE block's modules, a Mamba mixer or a
-    gated delta net none: Megatron-Core marks no offload group in either);
-    0 without modules, under full recompute (nothing is saved inside the checkpointed layer), or
-    for modules a checkpointed block (mlp, moe) discards. recompute=False ignores full and per-op
-    recompute: what a layer that full recompute leaves whole offloads (block recompute's layers
-    after the first N of a chunk, `offloading_layers`)."""
-    if not modules or (recompute and sh.recompute in ("full", "per_op")):
-        return 0.0
-    kind = layer_kind(is_moe)
-    total = _attention_modules(arch, sh, modules) if kind.mixer == "attention" else 0.0
-    if kind.moe and not sh.drops("moe"):
-        total += _moe_modules(arch, sh, modules)
-    return total
+    """Bytes of one layer's saved activations per micro-batch that fine-grained offloading takes
+    off the GPU (`moved(...).freed`)."""
+    return moved(arch, is_moe, sh, modules, recompute).freed
+
+
+def copied_bytes(
+    arch: ModelArch, is_moe: bool | LayerKind, sh: Shard, modules: frozenset[str]
+) -> float:
+    """Bytes one layer's offload groups copy to the host per micro-batch, and back, in a layer
+    that moves them (`moved(..., recompute=False).copied`): host memory and transfer time."""
+    return moved(arch, is_moe, sh, modules, recompute=False).copied
 
 
 def offloading_layers(
@@ -187,7 +271,8 @@ ahead); the forward's device-to-host copies free each group as its copy complete
 
 
 def window_bytes(per_layer: float) -> float:
-    """Offloaded bytes on the GPU at a rank's peak: WINDOW_LAYERS layers' groups."""
+    """Offloaded bytes on the GPU at a rank's peak: WINDOW_LAYERS layers' groups, each layer's
+    what its reload puts back at once (`Moved.reloaded`)."""
     return WINDOW_LAYERS * per_layer
 
 

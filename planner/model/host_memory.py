@@ -11,7 +11,7 @@ Per GPU, the busiest pipeline rank's:
 - whole-layer offloading (pp 1): the activations of the first min(k, n - 1) layers of one
   micro-batch (Transformer Engine's schedule, `cpu_offload`, keeps the others on the GPU; pp 1
   runs one micro-batch at a time);
-- fine-grained offloading: each in-flight micro-batch's offloaded groups (`offloaded_bytes` of
+- fine-grained offloading: each in-flight micro-batch's offloaded groups (`copied_bytes` of
   each layer that moves them, `fine_offload.offloading_layers`: under full recompute only those
   it leaves whole; the first `Layout.activation_offload_fraction` of them), the in-flight count
   that of the GPU's activations (`in_flight.schedule_peak`): Megatron-LM d98e8a64
@@ -50,7 +50,7 @@ from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import fp32, pools
-from planner.model.fine_offload import offloaded_bytes, offloading_layers
+from planner.model.fine_offload import copied_bytes, offloading_layers
 from planner.model.host_checkpoint import rank_staging_bytes, stages
 from planner.model.host_pinned import (
     MASTER_BYTES,
@@ -180,7 +180,7 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
         first = range(chunk.start, chunk.start + min(k, len(chunk) - 1))
         host = per_layer(arch, sh).total(arch.kind_counts((first,)))
         return host * _roundup(job, sh)
-    each = [offloaded_bytes(arch, kind, sh, mods, recompute=False) for kind in arch.kinds]
+    each = [copied_bytes(arch, kind, sh, mods) for kind in arch.kinds]
     f = layout.activation_offload_fraction
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     name, group = schedule_name(job, layout), microbatch_group(job, layout)

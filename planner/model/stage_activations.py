@@ -20,7 +20,7 @@ from planner.model import activations as act
 from planner.model import cp_time, dsa, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
-from planner.model.fine_offload import offloaded_bytes, offloading_totals, window_bytes
+from planner.model.fine_offload import moved, offloading_totals, window_bytes
 from planner.model.fp32 import pipeline_message_bytes
 from planner.model.in_flight import group_size, one_period, schedule_peak
 from planner.model.job_memo import JobMemo
@@ -230,7 +230,7 @@ def activation_parts(
     if any(moving):
         # the offloaded groups being reloaded and prefetched around the backward
         each = (
-            offloaded_bytes(arch, k, sh, sh.offload, recompute=False)
+            moved(arch, k, sh, sh.offload, recompute=False).reloaded
             for k, n in zip(arch.kinds, moving, strict=True)
             if n
         )

@@ -9,7 +9,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import cpu_offload, shared_link
-from planner.model.fine_offload import offloaded_bytes, offloading_totals, transfer_seconds
+from planner.model.fine_offload import copied_bytes, offloading_totals, transfer_seconds
 from planner.model.host_link import host_link_bandwidth
 from planner.model.layer_time import Layer
 from planner.model.schedule import Chunks
@@ -59,9 +59,9 @@ def copy_windows(job: Job, layer: Layer) -> tuple[float, float]:
 def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
     """Seconds per micro-batch a stage's host copies take one way over the host link (the
     forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
-    --cpu-offloading-num-layers k, under fine-grained offloading the offloaded groups of each layer
-    that moves them (`fine_offload.offloading_layers`: under full recompute, those it leaves
-    whole)."""
+    --cpu-offloading-num-layers k, under fine-grained offloading what the offload groups copy
+    (`fine_offload.copied_bytes`) of each layer that moves them (`fine_offload.offloading_layers`:
+    under full recompute, those it leaves whole)."""
     arch, k = job.arch, lay.cpu_offloading_num_layers
     if k > 0:  # as `cpu_offload.exposed_seconds` counts them: at most all layers but the last
         layers = _stage_layers(job, chunks, t)
@@ -71,7 +71,7 @@ def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> fl
     sh, mods, link = shard(job, lay), frozenset(lay.offload_modules), host_link_bandwidth(job)
     counts = offloading_totals(arch, lay, sh, chunks)
     return lay.activation_offload_fraction * sum(
-        n * transfer_seconds(offloaded_bytes(arch, kind, sh, mods, recompute=False), link)
+        n * transfer_seconds(copied_bytes(arch, kind, sh, mods), link)
         for kind, n in zip(arch.kinds, counts, strict=True)
         if n
     )
@@ -93,7 +93,7 @@ def fine_offload_exposed(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) 
     counts = offloading_totals(job.arch, lay, sh, chunks)
     for kind, layer, n in zip(job.arch.kinds, t.layers, counts, strict=True):
         if n:
-            sec = transfer_seconds(offloaded_bytes(job.arch, kind, sh, mods, recompute=False), link)
+            sec = transfer_seconds(copied_bytes(job.arch, kind, sh, mods), link)
             fwd, bwd = copy_windows(job, layer)
             exposed += n * (max(sec - fwd, 0.0) + max(sec - bwd, 0.0))
     # only the first activation_offload_fraction of the layers move theirs

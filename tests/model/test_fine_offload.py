@@ -35,11 +35,14 @@ def _off(arch: ModelArch, moe: bool, *mods: str, fp8: bool = False) -> float:
 
 def test_attention_modules_by_hand() -> None:
     # Llama 3.1 8B, t = 1, bf16, per token: core_attn offloads Q, K, V, 2 (a + 2g) d = 2 x 48 x
-    # 128 = 12,288, and the flash output 2 a d = 8,192: 20,480; attn_proj's input is that same
-    # output (nothing more in bf16; its 8-bit copy, a d = 4,096, under FP8); qkv_linear the fused
+    # 128 = 12,288, and copies the flash output 2 a d = 8,192 too; in bf16 the output projection
+    # saves that same output (attention.py:1626-1629 @d98e8a64), so it leaves the GPU only with
+    # attn_proj (its 8-bit copy, a d = 4,096, under FP8, frees the bf16 one);
+    # tests/model/test_offload_attention_output.py counts the copies; qkv_linear the fused
     # norm's input and output, 2h + 2h = 16,384 (2h + h under FP8); attn_norm and mlp_norm are
     # IdentityOps in a TE dense layer: nothing
-    assert _off(LLAMA8, False, "core_attn") == T * 20480
+    assert _off(LLAMA8, False, "core_attn") == T * 12288
+    assert _off(LLAMA8, False, "core_attn", fp8=True) == T * 20480
     assert _off(LLAMA8, False, "core_attn", "attn_proj") == T * 20480
     assert _off(LLAMA8, False, "core_attn", "attn_proj", fp8=True) == T * (20480 + 4096)
     assert _off(LLAMA8, False, "qkv_linear") == T * 16384
@@ -86,7 +89,9 @@ def test_small_tensors_stay_on_the_gpu() -> None:
 
 def test_one_stage_keeps_all_but_the_offloaded_bytes_plus_a_two_layer_window() -> None:
     # Llama 3.1 8B on one stage (one micro-batch in flight, 32 layers): offloading core_attn
-    # removes 32 layers' offloaded groups and puts back the two of the reload window
+    # removes what 32 layers' groups free (bf16: Q, K, V, 12,288 bytes a token, as above) and
+    # puts back the two of the reload window, each Q, K, V and the output's reloaded copy
+    # beside the one the projection keeps (12,288 + 8,192 = 20,480 a token)
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(dp=8)
     chunks = lay.chunk_layers(32)[0]
@@ -96,19 +101,20 @@ def test_one_stage_keeps_all_but_the_offloaded_bytes_plus_a_two_layer_window() -
     off_sh = shard(j, off_lay)
     off = stage_activations(j, off_lay, 0, chunks, off_sh, per_layer(j.arch, off_sh))
     per = fine_offload.offloaded_bytes(j.arch, False, sh, frozenset({"core_attn"}))
-    assert per == 8192 * 20480  # seq 8192, micro-batch 1, as above
-    assert plain - off == pytest.approx((32 - 2) * per)
+    assert per == 8192 * 12288  # seq 8192, micro-batch 1, as above
+    assert plain - off == pytest.approx(32 * per - 2 * 8192 * 20480)
 
 
 def test_transfers_show_only_beyond_the_layer() -> None:
     # each layer's group goes out under its forward and back under its backward: exposed only
-    # where the one-way transfer outlasts them
+    # where the one-way transfer outlasts them; bf16: core_attn's 20,480 bytes a token (as
+    # above), attn_proj's copy of the same output again, 8,192, and qkv_linear's 16,384
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(dp=8, offload_modules=("core_attn", "attn_proj", "qkv_linear"))
     chunks = lay.chunk_layers(32)[0]
     t = stage_time.layout_times(j, lay)
     link = host_link.host_link_bandwidth(j)
-    sec = (T * 2) * (20480 + 16384) / link  # seq 8192 = 2 T tokens
+    sec = (T * 2) * (20480 + 8192 + 16384) / link  # seq 8192 = 2 T tokens
     want = 32 * (max(sec - t.dense.fwd, 0) + max(sec - t.dense.bwd, 0))
     assert stage_offload.fine_offload_exposed(j, lay, chunks, t) == pytest.approx(want)
 
@@ -209,8 +215,8 @@ def test_command_line_round_trip() -> None:
 def test_an_offload_fraction_keeps_the_later_layers_groups() -> None:
     # Megatron --activation-offload-fraction f: the first f of the offload groups in forward order
     # go to the host, the rest stay (fine_grained_activation_offloading.md @d98e8a64). Llama 3.1
-    # 8B on one stage: 32 layers, core_attn's group of 8192 x 20480 bytes each (as above); at
-    # f = 0.5 the GPU keeps 16 of them beyond f = 1, the reload window the same
+    # 8B on one stage: 32 layers, core_attn's group freeing 8192 x 12,288 bytes each in bf16 (as
+    # above); at f = 0.5 the GPU keeps 16 of them beyond f = 1, the reload window the same
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     chunks = Layout(dp=8).chunk_layers(32)[0]
 
@@ -219,8 +225,8 @@ def test_an_offload_fraction_keeps_the_later_layers_groups() -> None:
         sh = shard(j, lay)
         return stage_activations(j, lay, 0, chunks, sh, per_layer(j.arch, sh))
 
-    assert peak(0.5) - peak(1.0) == pytest.approx(16 * 8192 * 20480)
-    assert peak(0.0) - peak(1.0) == pytest.approx(32 * 8192 * 20480)
+    assert peak(0.5) - peak(1.0) == pytest.approx(16 * 8192 * 12288)
+    assert peak(0.0) - peak(1.0) == pytest.approx(32 * 8192 * 12288)
     # the transfers move half the groups: half the seconds on the host link
     lay = Layout(dp=8, offload_modules=("core_attn",))
     t = stage_time.layout_times(j, lay)

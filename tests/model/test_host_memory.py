@@ -23,7 +23,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
 from planner.inputs.units import GIB
 from planner.model import host_checkpoint, host_memory, memory
-from planner.model.fine_offload import offloaded_bytes
+from planner.model.fine_offload import copied_bytes
 from planner.model.params import params_total
 from planner.model.stage_activations import shard
 
@@ -61,9 +61,10 @@ def test_whole_layer_offload_moves_what_the_gpu_no_longer_holds() -> None:
 
 def test_fine_grained_offload_holds_every_micro_batch_in_flight() -> None:
     # 1F1B on 4 ranks: rank 0 runs 4 forwards before its first backward, so its host holds 4
-    # micro-batches' offloaded groups of its 8 layers (m = 64 / (2 x 1) = 32 >= 4)
+    # micro-batches' offloaded groups of its 8 layers (m = 64 / (2 x 1) = 32 >= 4), what the
+    # groups copy (the attention output too, which the bf16 projection keeps on the GPU)
     lay = Layout(tp=1, pp=4, dp=2, zero_stage=1, offload_modules=("qkv_linear", "core_attn"))
-    per = offloaded_bytes(JOB.arch, False, shard(JOB, lay), frozenset(lay.offload_modules))
+    per = copied_bytes(JOB.arch, False, shard(JOB, lay), frozenset(lay.offload_modules))
     assert per > 0
     want = 4 * 8 * per * host_memory.pinned_roundup(8192 * 4096 * 2)
     assert host_memory.activation_bytes(JOB, lay) == pytest.approx(want, rel=1e-9)

@@ -93,7 +93,9 @@ def test_the_fine_grained_share_is_raised_to_the_fastest_hundredth_that_fits() -
     """Llama 3.1 8B on 8 H100 at tp 2, micro-batch 2, offloading the core attention's and its
     projection's inputs of the first quarter of the layers' groups: over the GPU. The listed
     `activation_offload_fraction` is the brute force's fastest hundredth above 0.25 that fits
-    (the least on ties), and the first change listed."""
+    (the least on ties), listed no earlier than the changes whose step is shorter (the list is
+    fastest first; ZeRO 2 now is: the attention output copied by both groups doubles its
+    share of the host transfers, tests/model/test_offload_attention_output.py)."""
     d = doc(
         doc(L40S, training__seq_length=8192),
         cluster__gpu="h100-sxm-80gb", cluster__num_gpus=8, micro_batch_size=2,
@@ -106,7 +108,9 @@ def test_the_fine_grained_share_is_raised_to_the_fastest_hundredth_that_fits() -
     share = the(changes, "activation_offload_fraction")
     best = min(steps, key=lambda x: (steps[x], x))
     assert share.fits and share.before == 0.25 and share.after == best
-    assert changes[0] is share and as_written(d, share) == pytest.approx(steps[best])
+    assert as_written(d, share) == pytest.approx(steps[best])
+    before = changes[: changes.index(share)]
+    assert all(as_written(d, c) <= as_written(d, share) for c in before)
 
 
 def _host(gib_per_gpu: float) -> Job:
