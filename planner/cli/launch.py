@@ -35,7 +35,8 @@ def launch(
 ) -> None:
     """Write the plan's launch file: Megatron-LM arguments, torchrun, Slurm, Kubernetes,
     torchtitan or Megatron-Bridge. --headroom: the one the plan was ranked with (its header
-    says so), which decides what the launch may use and whether it fits."""
+    says so), which decides what the launch may use and whether it fits (the file header's
+    verdict, which names it where it is not 3%, and the stderr warning)."""
     check_headroom(headroom)
     done = launch_files.launch(plan_path, target, out_dir, job_name, force, headroom)
     if done.warning is not None:

@@ -12,7 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.cli import explain_notes, switch_notes
-from planner.emit.common import cost_text
+from planner.emit.prediction import cost_text
 from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job

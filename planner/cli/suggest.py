@@ -112,7 +112,8 @@ def suggest(
         typer.Option(help="search what megatron or torchtitan runs (default: the job's)"),
     ] = None,
 ) -> None:
-    """Search every layout and list the fastest that fit. Exit 0 found, 1 nothing fits."""
+    """Search every layout and list the fastest that fit. Exit 0 found, 1 nothing fits, 2 bad
+    input."""
     check_headroom(headroom)
     args = JobArgs(model, gpu, num_gpus, nodes, seq_length, global_batch_size, precision)
     req = request_job(job_path, args)

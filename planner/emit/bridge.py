@@ -33,17 +33,11 @@ from typing import Any
 
 from planner.emit import bridge_ddp, bridge_model, bridge_notes, bridge_precision, bridge_split
 from planner.emit.bridge_notes import COMM_OVERLAP, attention_backend
-from planner.emit.common import (
-    SCHEDULE,
-    comment_block,
-    cuda_graph_impl,
-    header,
-    inflight_offloads,
-    predict,
-)
+from planner.emit.common import SCHEDULE, comment_block, cuda_graph_impl, inflight_offloads
 from planner.emit.k8s import yaml_str
 from planner.emit.megatron import activation_switch
 from planner.emit.megatron_model import refuse_alibi, refuse_local_attention
+from planner.emit.prediction import HEADROOM, header, predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 
@@ -299,7 +293,7 @@ def _hydra_dict(fields: dict[str, Any]) -> str:
     return "{" + ",".join(f"{k}:{_scalar(v)}" for k, v in fields.items()) + "}"
 
 
-def render(plan: Plan, job_name: str) -> str:
+def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The YAML override, headed by the prediction and the same settings as Hydra overrides."""
     tables = sections(plan)
     preset = bridge_precision.preset(plan)
@@ -312,7 +306,7 @@ def render(plan: Plan, job_name: str) -> str:
     hydra += [shlex.quote(f"++env_vars.{k}={v}") for k, v in env.items()]
     text = comment_block(
         [
-            *header(plan, "megatron-bridge", job_name, predict(plan)),
+            *header(plan, "megatron-bridge", job_name, predict(plan, headroom_pct)),
             "Megatron-Bridge ConfigContainer override: merge over a pre-training recipe "
             "(--config-file), or pass these Hydra overrides to scripts/performance/run_script.py:",
             *hydra,

@@ -102,7 +102,7 @@ def _env_groups(plan: Plan) -> dict[str, dict[str, str]]:
     recipes' COMMON_RECIPE_ENV_VARS and the non-FSDP performance recipes hold
     expandable_segments:True (Bridge 067f987d recipes/utils/environment_utils.py:22-33,
     perf_recipes/llama/h100/llama3.py:55-61), which the header's second peak counts
-    (`common.exports_expandable`), but the Megatron-FSDP ones leave it unset
+    (`prediction.exports_expandable`), but the Megatron-FSDP ones leave it unset
     (perf_recipes/llama/b200/llama3.py:254, :274-285), so a plan priced with it must set it;
     where the plan is priced without it, a recipe's own value (some add
     graph_capture_record_stream_reuse) is left as it is."""

@@ -16,19 +16,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from planner.emit.common import (
-    RDZV_PORT,
-    SCHEDULE,
-    Prediction,
-    comment_block,
-    environment,
-    header,
-    nodes,
-    predict,
-    slug,
-)
+from planner.emit.common import RDZV_PORT, SCHEDULE, comment_block, environment, nodes, slug
 from planner.emit.megatron import arguments
 from planner.emit.megatron_model import training_script
+from planner.emit.prediction import HEADROOM, Prediction, header, predict
 from planner.inputs.plan import Plan
 
 GPU_RESOURCE = {"nvidia": "nvidia.com/gpu", "amd": "amd.com/gpu"}
@@ -179,9 +170,9 @@ def manifest(plan: Plan, job_name: str, p: Prediction) -> dict[str, Any]:
     }
 
 
-def render(plan: Plan, job_name: str) -> str:
+def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The manifest, after the header comment."""
-    p = predict(plan)
+    p = predict(plan, headroom_pct)
     unset = [e for e in environment(plan) if e.value is None]
     lines = [
         *header(plan, "k8s", job_name, p),

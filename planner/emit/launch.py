@@ -13,9 +13,9 @@ the other emit modules.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Protocol
 
 from planner.emit import (
     bridge,
@@ -28,14 +28,21 @@ from planner.emit import (
     torchtitan_run,
 )
 from planner.emit.common import check_job_name
-from planner.emit.launch_pricing import HEADROOM, POOL_TARGETS, launched
+from planner.emit.launch_pricing import POOL_TARGETS, launched
+from planner.emit.prediction import HEADROOM
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
 from planner.model import memory
 from planner.search.rules import check_plan
 
-Renderer = Callable[[Plan, str], str]
+
+class Renderer(Protocol):
+    """A target's render: (plan, job name) -> the file's text, its header judging the plan's
+    memory at `headroom_pct` (`planner.emit.prediction.predict`)."""
+
+    def __call__(self, plan: Plan, job_name: str, *, headroom_pct: float = ...) -> str: ...
+
 
 TARGETS: dict[str, tuple[Renderer, str]] = {
     "megatron-args": (megatron.render, "megatron-args.txt"),
@@ -121,7 +128,7 @@ def render(
     plan: Plan, target: str, job_name: str | None = None, headroom_pct: float = HEADROOM
 ) -> tuple[str, str]:
     """(file name, text) of one target for a loaded plan, launched as `launched` says at
-    `headroom_pct`."""
+    `headroom_pct`, which its header's memory verdict is judged at too (as `unfit`'s)."""
     renderer, file_name = _target(target)
     need = FRAMEWORK.get(target, "megatron")
     if plan.job.framework != need:
@@ -155,7 +162,8 @@ def render(
         raise InputError(f"{plan.path}: training.{field[0]}: {field[1]}")
     if job_name is None:
         job_name = plan.path.stem if plan.path is not None else "planner-job"
-    return file_name, renderer(launched(plan, target, headroom_pct), check_job_name(job_name))
+    plan = launched(plan, target, headroom_pct)
+    return file_name, renderer(plan, check_job_name(job_name), headroom_pct=headroom_pct)
 
 
 def _unlaunched(plan: Plan, target: str) -> tuple[str, str] | None:
@@ -245,7 +253,8 @@ def launch(
     note = renamed(target, job_name or plan_path.stem)
     warning = unfit(plan, plan_path, headroom_pct)
     if out_dir is None and target == "torchrun" and len(plan.job.pools) > 1:
-        return replace(_pool_scripts(plan, job_name or plan_path.stem, note), warning=warning)
+        scripts = _pool_scripts(plan, job_name or plan_path.stem, note, headroom_pct)
+        return replace(scripts, warning=warning)
     if out_dir is None:
         return Launched(text, note=note, warning=warning)
     if out_dir.exists() and not out_dir.is_dir():
@@ -253,9 +262,10 @@ def launch(
     name = check_job_name(job_name or plan_path.stem)
     files = [(out_dir / file_name, text)]
     for renderer, extra in COMPANIONS.get(target, ()):
-        files.append((out_dir / extra, renderer(plan, name)))
+        files.append((out_dir / extra, renderer(plan, name, headroom_pct=headroom_pct)))
     if target == "torchrun" and plan.job.pools:  # one script per pool (planner.emit.pools)
-        files = [(out_dir / f, body) for f, body in pool_files(plan, name)]
+        pooled = pool_files(plan, name, headroom_pct=headroom_pct)
+        files = [(out_dir / f, body) for f, body in pooled]
     for path, _ in files:
         if path.exists() and not force:
             raise InputError(f"{path}: already exists; pass --force to overwrite it")
@@ -264,11 +274,13 @@ def launch(
     return Launched(text, files[0][0], note, warning)
 
 
-def _pool_scripts(plan: Plan, job_name: str, note: str | None) -> Launched:
+def _pool_scripts(
+    plan: Plan, job_name: str, note: str | None, headroom_pct: float = HEADROOM
+) -> Launched:
     """A pooled plan's torchrun scripts for stdout, one per pool (`pool_files`), each under a
     banner naming its pool and the file `--out` writes it to; none runs the others' ranks, so
     the note says to run each on its own pool's nodes."""
-    files = pool_files(plan, check_job_name(job_name))
+    files = pool_files(plan, check_job_name(job_name), headroom_pct=headroom_pct)
     parts = []
     for k, ((name, body), pool) in enumerate(zip(files, plan.job.pools, strict=True)):
         banner = f"# ===== pool {k + 1} of {len(files)}: {pool.name!r}, {name} ====="

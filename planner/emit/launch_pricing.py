@@ -9,15 +9,12 @@ from __future__ import annotations
 from dataclasses import replace
 
 from planner.emit import megatron
+from planner.emit.prediction import HEADROOM
 from planner.inputs.errors import InputError
 from planner.inputs.job import Job
 from planner.inputs.plan import Plan
 from planner.model import adam_step, cost, memory
 from planner.search.rules import graphs
-
-HEADROOM = memory.DEFAULT_HEADROOM_PCT
-"""The headroom (percent) a launch judges its plan at where none is given: `check`'s default."""
-
 
 FLAGLESS = (
     ("fused_norm", True, "runs Megatron-Core's fused norms"),

@@ -34,14 +34,13 @@ from planner.emit.common import (
     comment_block,
     cuda_graph_impl,
     environment,
-    header,
     inflight_offloads,
     optimizer_instances,
-    predict,
 )
 from planner.emit.megatron_model import Arg, model_args, refuse_local_attention, training_script
 from planner.emit.megatron_optimizer import needs_distributed_optimizer, optimizer_args
 from planner.emit.megatron_pipeline import pipeline_args
+from planner.emit.prediction import HEADROOM, header, predict
 from planner.inputs.layout import FSDP_STRATEGY
 from planner.inputs.megatron_tp_overlap import SUB_OVERLAPS
 from planner.inputs.plan import Job, Plan
@@ -365,12 +364,12 @@ def env_summary(plan: Plan) -> str:
     )
 
 
-def render(plan: Plan, job_name: str) -> str:
+def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The arguments, one flag per line under a comment per concern, shell-quoted.
     `planner check --megatron-args FILE --gpu G --num-gpus N` reads the file back."""
     args = arguments(plan)
     lines = [
-        *header(plan, "megatron-args", job_name, predict(plan)),
+        *header(plan, "megatron-args", job_name, predict(plan, headroom_pct)),
         f"Megatron-LM {training_script(plan)} arguments, shell-quoted, one flag per line",
         f"{ENVIRONMENT}: {env_summary(plan)}",
         NOT_IN_PLAN,

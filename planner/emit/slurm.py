@@ -16,16 +16,9 @@ mlcommons/training_results_v5.1 @4da2d1cd config_GB300_128x4x1xtp2pp1cp4_8b.sh:2
 
 from __future__ import annotations
 
-from planner.emit.common import (
-    comment_block,
-    comment_safe,
-    file_word,
-    header,
-    nodes,
-    predict,
-    slug,
-)
+from planner.emit.common import comment_block, comment_safe, file_word, nodes, slug
 from planner.emit.pools import pool_nodes, procid_node_rank, rank_lines
+from planner.emit.prediction import HEADROOM, header, predict
 from planner.emit.torchrun import (
     env_block,
     megatron_arrays,
@@ -97,12 +90,12 @@ FIRST_NODE_MASTER = (
 """MASTER_ADDR in a job of one torchrun per node: the allocation's first node."""
 
 
-def render(plan: Plan, job_name: str) -> str:
+def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The whole sbatch script (with pools: a heterogeneous job, `planner.emit.pools`)."""
     if plan.job.pools:
-        return render_hetjob(plan, job_name)
+        return render_hetjob(plan, job_name, headroom_pct=headroom_pct)
     n = nodes(plan)
-    p = predict(plan)
+    p = predict(plan, headroom_pct)
     name = sbatch_name(job_name)
     directives = sbatch_directives(plan, name)
     return (
@@ -124,9 +117,9 @@ def render(plan: Plan, job_name: str) -> str:
     )
 
 
-def render_hetjob(plan: Plan, job_name: str) -> str:
+def render_hetjob(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The sbatch script of a heterogeneous job, one component per pool."""
-    p = predict(plan)
+    p = predict(plan, headroom_pct)
     name = sbatch_name(job_name)
     pools = pool_nodes(plan)
     total = sum(n for _, n, _, _ in pools)

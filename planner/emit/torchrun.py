@@ -22,13 +22,12 @@ from planner.emit.common import (
     comment_block,
     environment,
     file_word,
-    header,
     nodes,
-    predict,
 )
 from planner.emit.megatron import Arg, arguments
 from planner.emit.megatron_model import training_script
 from planner.emit.pools import node_rank, pool_nodes, rank_lines
+from planner.emit.prediction import HEADROOM, header, predict
 from planner.inputs.plan import Plan
 
 
@@ -176,13 +175,13 @@ def torchrun_body(plan: Plan, n: Nodes, rdzv_id: str) -> str:
     )
 
 
-def render(plan: Plan, job_name: str) -> str:
+def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The whole torchrun script (with pools: the first pool's, `planner.emit.pools`; launch
     --out writes every pool's)."""
     if plan.job.pools:
-        return render_pool(plan, job_name, 0)
+        return render_pool(plan, job_name, 0, headroom_pct=headroom_pct)
     n = nodes(plan)
-    p = predict(plan)
+    p = predict(plan, headroom_pct)
     how = "run this same script on each node" if n.nnodes > 1 else "run it on the node"
     return (
         "#!/usr/bin/env bash\n"
@@ -214,9 +213,9 @@ def pool_distributed(nnodes: int, per: int, node_rank: str | None) -> str:
     return array("DISTRIBUTED_ARGS", words)
 
 
-def render_pool(plan: Plan, job_name: str, k: int) -> str:
+def render_pool(plan: Plan, job_name: str, k: int, *, headroom_pct: float = HEADROOM) -> str:
     """The torchrun script of pool k: run on each of its nodes with NODE_INDEX set."""
-    p = predict(plan)
+    p = predict(plan, headroom_pct)
     pools = pool_nodes(plan)
     pool, nodes, per, _ = pools[k]
     total = sum(n for _, n, _, _ in pools)
@@ -242,10 +241,14 @@ def render_pool(plan: Plan, job_name: str, k: int) -> str:
     )
 
 
-def pool_files(plan: Plan, job_name: str) -> list[tuple[str, str]]:
+def pool_files(
+    plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM
+) -> list[tuple[str, str]]:
     """(file name, text) of every pool's torchrun script: train-<k>-<slug>.sh."""
     out = []
     for k, pool in enumerate(plan.job.pools):
         word = file_word(pool.name, 40) or "pool"
-        out.append((f"train-{k}-{word}.sh", render_pool(plan, job_name, k)))
+        out.append(
+            (f"train-{k}-{word}.sh", render_pool(plan, job_name, k, headroom_pct=headroom_pct))
+        )
     return out

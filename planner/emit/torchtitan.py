@@ -42,7 +42,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from planner.emit.common import SCHEDULE, comment_block, header, predict
+from planner.emit.common import SCHEDULE, comment_block
+from planner.emit.prediction import HEADROOM, header, predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.plan_writer import toml_value
@@ -315,10 +316,10 @@ def shard_gather(plan: Plan) -> Plan:
     return replace(plan, job=replace(job, torchtitan=titan))
 
 
-def render(plan: Plan, job_name: str) -> str:
+def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The whole TOML file, headed by the prediction (of `shard_gather`'s plan)."""
     plan = shard_gather(plan)
-    p = predict(plan)
+    p = predict(plan, headroom_pct)
     tables = sections(plan, p.checkpoint_interval_steps)
     tables["job"]["description"] = job_name
     text = comment_block(

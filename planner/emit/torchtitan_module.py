@@ -48,7 +48,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.emit.common import SCHEDULE, comment_block, header, predict
+from planner.emit.common import SCHEDULE, comment_block
+from planner.emit.prediction import HEADROOM, header, predict
 from planner.emit.torchtitan import GPU_LINE, routing_refusal, stage_modules
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
@@ -244,11 +245,11 @@ def _parallelism(plan: Plan) -> list[str]:
     return out
 
 
-def render(plan: Plan, job_name: str) -> str:
+def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The whole module, headed by the prediction."""
     base, model, flavor = _checked(plan)
     job, lay, titan = plan.job, plan.require_layout(), plan.job.titan
-    p = predict(plan)
+    p = predict(plan, headroom_pct)
     spec, spec_imports = _model_spec(plan, model, flavor)
     ac, ac_class = AC.get(lay.recompute, FULL_AC)
     ac_module = "torchtitan.distributed.activation_checkpoint"

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from planner.emit.common import comment_block, header, nodes, predict
+from planner.emit.common import comment_block, nodes
+from planner.emit.prediction import HEADROOM, header, predict
 from planner.emit.slurm import FIRST_NODE_MASTER, sbatch_directives, sbatch_name
 from planner.emit.torchrun import array, rdzv_words, user_settings
 from planner.emit.torchtitan_module import FUNCTION, MODULE_FILE
@@ -89,7 +90,9 @@ def _distributed(plan: Plan, rdzv_id: str) -> str:
     )
 
 
-def render_torchrun(plan: Plan, job_name: str, runs: Runs = TOML) -> str:
+def render_torchrun(
+    plan: Plan, job_name: str, runs: Runs = TOML, *, headroom_pct: float = HEADROOM
+) -> str:
     """The torchrun script: run it on every node."""
     n = nodes(plan)
     how = "run this same script on each node" if n.nnodes > 1 else "run it on the node"
@@ -97,7 +100,7 @@ def render_torchrun(plan: Plan, job_name: str, runs: Runs = TOML) -> str:
         "#!/usr/bin/env bash\n"
         + comment_block(
             [
-                *header(plan, "torchtitan torchrun", job_name, predict(plan)),
+                *header(plan, "torchtitan torchrun", job_name, predict(plan, headroom_pct)),
                 f"{n.nnodes} node(s) x {n.nproc_per_node} GPUs: {how}; extra arguments go to "
                 "torchtitan.train (e.g. --training.steps 10)",
             ]
@@ -113,7 +116,9 @@ def render_torchrun(plan: Plan, job_name: str, runs: Runs = TOML) -> str:
     )
 
 
-def render_slurm(plan: Plan, job_name: str, runs: Runs = TOML) -> str:
+def render_slurm(
+    plan: Plan, job_name: str, runs: Runs = TOML, *, headroom_pct: float = HEADROOM
+) -> str:
     """The sbatch script: one torchrun per node, the rendezvous on the first."""
     name = sbatch_name(job_name)
     directives = sbatch_directives(plan, name)
@@ -121,7 +126,7 @@ def render_slurm(plan: Plan, job_name: str, runs: Runs = TOML) -> str:
         "#!/usr/bin/env bash\n"
         + comment_block(
             [
-                *header(plan, "torchtitan slurm", job_name, predict(plan)),
+                *header(plan, "torchtitan slurm", job_name, predict(plan, headroom_pct)),
                 "submit with sbatch; set --time (and --account / --partition) in the #SBATCH lines",
             ]
         )
@@ -137,11 +142,11 @@ def render_slurm(plan: Plan, job_name: str, runs: Runs = TOML) -> str:
     )
 
 
-def render_module_torchrun(plan: Plan, job_name: str) -> str:
+def render_module_torchrun(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The torchrun script of the Python configuration."""
-    return render_torchrun(plan, job_name, MODULE)
+    return render_torchrun(plan, job_name, MODULE, headroom_pct=headroom_pct)
 
 
-def render_module_slurm(plan: Plan, job_name: str) -> str:
+def render_module_slurm(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     """The sbatch script of the Python configuration."""
-    return render_slurm(plan, job_name, MODULE)
+    return render_slurm(plan, job_name, MODULE, headroom_pct=headroom_pct)

@@ -122,8 +122,8 @@ def read_words(launched: Launch, where: str) -> tuple[list[str], str | None]:
 
 
 PLANNER_ARGS = re.compile(r"# planner \S+: megatron-args launch file for job ")
-"""The first line of planner's own megatron-args file (`planner.emit.common.header`, written by
-`planner.emit.megatron.render`)."""
+"""The first line of planner's own megatron-args file (`planner.emit.prediction.header`, written
+by `planner.emit.megatron.render`)."""
 
 ENVIRONMENT_LINE = re.compile(r"# environment\b[^:]*: (.*)")
 """Its header's environment line (`planner.emit.megatron.ENVIRONMENT`): `NAME=value` words and

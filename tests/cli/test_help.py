@@ -9,6 +9,7 @@ whitespace removed (the help formatter wraps lines, also at hyphens).
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -61,3 +62,16 @@ def test_square_brackets_survive() -> None:
         p.help for _, cmd in commands() for p in cmd.params if "[" in (getattr(p, "help", "") or "")
     ]
     assert any("[parallel]" in h for h in bracketed)
+
+
+@pytest.mark.parametrize("path", [("check",), ("suggest",)])
+def test_help_names_exit_two(
+    path: tuple[str, ...], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A help that lists its exit codes names 2, which the command returns on bad input. Oracle:
+    the command itself on a file that does not exist (exit 2, the file named)."""
+    missing = tmp_path / "missing.toml"
+    code, _, err = run([*path, str(missing)], capsys)
+    assert code == 2 and str(missing) in err, err
+    _, out, _ = run([*path, "--help"], capsys)
+    assert "2 bad input" in " ".join(out.split()), out

@@ -12,7 +12,7 @@ from typing import Any
 from paths import PLANS
 
 from planner.emit import megatron
-from planner.emit.common import exports_expandable
+from planner.emit.prediction import exports_expandable
 from planner.inputs import megatron_args
 from planner.inputs.megatron_flags import megatron_flags
 from planner.inputs.plan import Plan, parse_plan

@@ -15,8 +15,9 @@ from cli_run import run
 from paths import PLANS
 
 from planner.emit import k8s
-from planner.emit.common import nodes, predict
+from planner.emit.common import nodes
 from planner.emit.megatron import arguments
+from planner.emit.prediction import predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import load_plan, parse_plan
 

@@ -15,8 +15,9 @@ from paths import PLANS
 from shell_check import check_script
 
 from planner.emit import slurm
-from planner.emit.common import RDZV_PORT, predict
+from planner.emit.common import RDZV_PORT
 from planner.emit.megatron import arguments
+from planner.emit.prediction import predict
 from planner.inputs.plan import load_plan
 
 GOLDEN_PLANS = sorted(PLANS.glob("launch-*.toml"))

@@ -18,8 +18,9 @@ from paths import PLANS
 from shell_check import check_script
 
 from planner.emit import torchrun
-from planner.emit.common import RDZV_PORT, nodes, predict
+from planner.emit.common import RDZV_PORT, nodes
 from planner.emit.megatron import arguments
+from planner.emit.prediction import predict
 from planner.inputs import megatron_args
 from planner.inputs.plan import Plan, load_plan, parse_plan
 

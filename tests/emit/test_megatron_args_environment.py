@@ -3,7 +3,7 @@ NVTE_EXT_MARGIN_SM and PYTORCH_CUDA_ALLOC_CONF's expandable segments sat only in
 `# environment:` comment, so `check --megatron-args` on the file read gemm_sm_margin 0 and no
 expandable segments: 49.5 GiB and 14.102 s against the header's 47.7 GiB and 15.141 s).
 
-Oracle: the file's own header (its `predicted:` line, planner.emit.common.header), which the
+Oracle: the file's own header (its `predicted:` line, planner.emit.prediction.header), which the
 torchrun target's script, exporting the same environment, reads back to; and the reading of the
 same flags without planner's header, which applies no comment."""
 

@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 from operations_jobs import LAYOUT_64, make_job, perf_with_step
 
-from planner.emit.common import summary_lines
+from planner.emit.prediction import summary_lines
 from planner.inputs.layout import Layout
 from planner.model import cost
 from planner.ops import operations as ops

@@ -16,7 +16,7 @@ from cli_run import run
 from operations_jobs import EXAMPLE, LAYOUT_64, make_job, perf_with_step
 from paths import REPO
 
-from planner.emit.common import summary_lines
+from planner.emit.prediction import summary_lines
 from planner.inputs import catalog
 from planner.inputs.layout import Layout
 from planner.model import cost

@@ -32,8 +32,8 @@ import pytest
 from cli_run import run
 from operations_jobs import EXAMPLE
 
-from planner.emit.common import predict
 from planner.emit.launch import render
+from planner.emit.prediction import predict
 from planner.inputs.plan import load_plan
 from planner.model import cost
 from planner.ops import assumptions

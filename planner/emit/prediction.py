@@ -1,0 +1,180 @@
+"""The prediction a launch file's header states, and the operations figures in sentences.
+
+`predict` runs planner.model.cost, planner.model.memory and planner.ops on a plan once; `header`
+turns it into the lines every launch file starts with (the plan's predicted step time,
+tokens/s/GPU and peak memory against its GPUs' usable memory, and the planner version);
+`summary_lines` says the operations figures (cost, checkpoints, goodput) in sentences, for
+headers and `explain`. Each emitter of `planner.emit` calls `predict` once in its `render`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+from planner import __version__
+from planner.inputs.errors import InputError
+from planner.inputs.plan import Plan
+from planner.inputs.units import (
+    GIB,
+    format_amount,
+    format_bytes,
+    format_duration,
+    format_money,
+    format_si,
+    format_tokens,
+)
+from planner.model import cost, memory
+from planner.ops.assumptions import AssumptionError
+from planner.ops.operations import Operations, operations
+
+HEADROOM = memory.DEFAULT_HEADROOM_PCT
+"""The headroom (percent) a launch judges its plan at where none is given: `check`'s default."""
+
+
+@dataclass(frozen=True)
+class Prediction:
+    step_time_s: float
+    tokens_per_s_per_gpu: float
+    mfu: float
+    mfu_text: str
+    """`Performance.mfu_text`: against the bf16 peak, and the FP8 / FP4 one for such a job."""
+    peak_gib: float
+    capacity_gib: float
+    worst_stage: int
+    fits: bool
+    """Whether the peak is within `capacity_gib`, the GPU's memory less `headroom_pct`."""
+    operations: list[str]
+    """planner.ops figures in sentences (checkpoint size and interval, goodput) for this plan."""
+    checkpoint_interval_steps: int
+    """Daly's optimum checkpoint interval in steps (the default --save-interval)."""
+    expandable_peak_gib: float | None = None
+    """The peak under the expandable segments `environment` exports for a plan that does not
+    count them (`exports_expandable`): what reading the script back predicts; None otherwise."""
+    headroom_pct: float = HEADROOM
+    """The headroom `capacity_gib` and `fits` are judged at: the one `launch --headroom` got."""
+
+
+def exports_expandable(plan: Plan) -> bool:
+    """Whether `environment` exports PyTorch's expandable segments for a plan whose memory is
+    counted without them (training.expandable_segments false): NVIDIA, below ZeRO 2, Megatron
+    (torchtitan's scripts export them only where the plan counts them: `torchtitan_run`)."""
+    job = plan.job
+    exports = job.cluster.gpu.vendor == "nvidia" and job.framework == "megatron"
+    return exports and plan.require_layout().zero_stage < 2 and not job.expandable_segments
+
+
+def predict(plan: Plan, headroom_pct: float = HEADROOM) -> Prediction:
+    """planner.model.cost, planner.model.memory and planner.ops on the plan, as the header
+    reports them, its memory judged at `headroom_pct` (the headroom the plan is launched with,
+    as `launch`'s stderr warning judges it). Each emitter's `render` calls this once and hands
+    the result to `header` and to whatever else needs it (the default checkpoint interval)."""
+    lay = plan.require_layout()
+    perf = cost.estimate(plan.job, lay)
+    rep = memory.estimate(plan.job, lay, headroom_pct)
+    try:
+        o = operations(plan.job, perf, None, zero_stage=lay.zero_stage)
+    except AssumptionError as e:  # the header's checkpoint interval and goodput need them
+        where = str(plan.path) if plan.path else "<plan>"
+        raise InputError(
+            f"{where}: {e} (under planner's default operations assumptions, which set the "
+            "launch file's checkpoint interval; `planner explain PLAN --tokens N` shows them)"
+        ) from None
+    return Prediction(
+        step_time_s=perf.step_time_s,
+        tokens_per_s_per_gpu=perf.tokens_per_s_per_gpu,
+        mfu=perf.mfu,
+        mfu_text=perf.mfu_text(),
+        peak_gib=rep.peak / GIB,
+        capacity_gib=rep.capacity / GIB,
+        worst_stage=rep.worst.stage,
+        fits=rep.fits,
+        operations=summary_lines(o),
+        checkpoint_interval_steps=o.resilience.interval_steps,
+        expandable_peak_gib=(
+            memory.estimate(replace(plan.job, expandable_segments=True), lay).peak / GIB
+            if exports_expandable(plan)
+            else None
+        ),
+        headroom_pct=headroom_pct,
+    )
+
+
+def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
+    """The lines (without '# '; `comment_block` makes them safe comments) every launch file
+    starts with; `p` is `predict(plan, headroom_pct)`, whose headroom the memory line names
+    where it is not `HEADROOM` (check's default)."""
+    lay = plan.require_layout()
+    job = plan.job
+    verdict = "fits" if p.fits else f"DOES NOT FIT (worst: stage {p.worst_stage})"
+    source = plan.path.name if plan.path is not None else "<inline plan>"
+    gpus = f"{job.cluster.num_gpus} x {job.cluster.gpu.name}"
+    if job.pools:  # heterogeneous pools, in pipeline order
+        gpus = " + ".join(
+            f"{p.cluster.num_gpus} x {p.cluster.gpu.name} ({p.name})" for p in job.pools
+        )
+    return [
+        f"planner {__version__}: {target} launch file for job {job_name!r} from {source}",
+        f"model {job.arch.name} on {gpus}, "
+        f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision_text}",
+        f"layout: {lay.describe()}",
+        f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
+        f"{p.mfu_text}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
+        f"usable{_headroom_text(p)} ({verdict}){_expandable_text(p)}",
+        *(f"operations: {line}" for line in p.operations),
+    ]
+
+
+def _headroom_text(p: Prediction) -> str:
+    """' at 10% headroom' where the prediction's headroom is not check's default (the default's
+    header reads as it always has), else ''."""
+    return "" if p.headroom_pct == HEADROOM else f" at {p.headroom_pct:g}% headroom"
+
+
+def _expandable_text(p: Prediction) -> str:
+    """The header's second peak, where the environment exports expandable segments the plan's
+    memory does not count (the script read back predicts it)."""
+    if p.expandable_peak_gib is None:
+        return ""
+    return (
+        f"; {p.expandable_peak_gib:.1f} GiB with the expandable segments its environment sets "
+        "(PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)"
+    )
+
+
+def cost_text(o: Operations) -> str | None:
+    """'$71M at $2/GPU-hour', or None without a price (or a budget)."""
+    if o.cost_usd is None or o.price_usd_per_gpu_hour is None:
+        return None
+    return f"{format_money(o.cost_usd)} at ${o.price_usd_per_gpu_hour:g}/GPU-hour"
+
+
+def summary_lines(o: Operations) -> list[str]:
+    """Plain sentences (no comment marker) describing an Operations, for headers and logs."""
+    r = o.resilience
+    lines: list[str] = []
+    b = o.budget()
+    if b is not None:
+        cost = f"{cost_text(o) or 'cost unknown'} ({o.price_source})"
+        lines.append(
+            f"{format_tokens(b.tokens)} tokens in {b.steps:,} steps: {format_amount(b.days)} days "
+            f"wall-clock ({format_amount(b.days_no_failures)} without failures), "
+            f"{format_si(b.gpu_hours)} GPU-hours, {cost}"
+        )
+        lines.append(
+            f"energy {format_amount(b.energy_mwh, 0)} MWh: {o.facility_power_w / 1e6:.2f} MW "
+            f"facility ({o.gpu_power_w:g} W/GPU + {o.node_overhead_w:g} W/node overhead, "
+            f"PUE {o.pue:g})"
+        )
+    mode = "async" if r.async_checkpoint else "sync"
+    lines.append(
+        f"checkpoint {format_bytes(r.checkpoint_bytes)} ({mode}, write "
+        f"{format_duration(r.checkpoint_write_s)}, blocks "
+        f"{format_duration(r.checkpoint_blocking_s)}) every {r.interval_steps:,} steps = "
+        f"{format_duration(r.interval_s)}; MTBF {format_duration(r.mtbf_s)} at "
+        f"{o.params.failure_rate_per_gpu_day:.3g} failures/GPU-day"
+    )
+    lines.append(
+        f"goodput {r.goodput:.1%} (checkpoints {r.lost_checkpoint:.1%}, failures "
+        f"{r.lost_failures:.1%}); effective {o.effective_tokens_per_s:,.0f} tokens/s"
+    )
+    return lines
