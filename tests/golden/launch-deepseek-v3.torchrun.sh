@@ -2,9 +2,9 @@
 # planner 0.1.0: torchrun launch file for job 'launch-deepseek-v3' from launch-deepseek-v3.toml
 # model deepseek-v3 on 1024 x h800-sxm-80gb, seq 4096, global batch 1024, fp8
 # layout: tp2 pp16 dp32 ep64 etp1 vpp2 sp mbs1 zero1 recompute=full
-# predicted: step 9.462 s, 432.9 tokens/s/GPU, MFU 12.7% of the bf16 peak, 6.4% of the FP8 peak, peak memory 21.4 GiB of 77.3 GiB usable (fits); 20.9 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
+# predicted: step 9.473 s, 432.4 tokens/s/GPU, MFU 12.7% of the bf16 peak, 6.4% of the FP8 peak, peak memory 21.4 GiB of 77.3 GiB usable (fits); 20.9 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
 # operations: checkpoint 9.56 TB (sync, write 74.7 s, blocks 75.0 s) every 541 steps = 85 min; MTBF 49.5 h at 0.000474 failures/GPU-day
-# operations: goodput 96.8% (checkpoints 1.4%, failures 1.8%); effective 428,903 tokens/s
+# operations: goodput 96.8% (checkpoints 1.4%, failures 1.8%); effective 428,415 tokens/s
 # 128 node(s) x 8 GPUs: run this same script on each node
 set -euo pipefail
 

@@ -2,9 +2,9 @@
 # planner 0.1.0: torchrun launch file for job 'launch-llama3.1-70b' from launch-llama3.1-70b.toml
 # model llama3.1-70b on 256 x h100-sxm-80gb, seq 8192, global batch 512, bf16
 # layout: tp8 pp4 dp8 vpp5 sp tpov mbs1 zero1 recompute=selective
-# predicted: step 15.704 s, 1043.3 tokens/s/GPU, MFU 50.8% of the bf16 peak, peak memory 47.6 GiB of 77.3 GiB usable (fits); 45.5 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
-# operations: checkpoint 988 GB (sync, write 30.9 s, blocks 31.0 s) every 422 steps = 110 min; MTBF 198.0 h at 0.000474 failures/GPU-day
-# operations: goodput 99.0% (checkpoints 0.5%, failures 0.6%); effective 264,362 tokens/s
+# predicted: step 15.711 s, 1042.8 tokens/s/GPU, MFU 50.8% of the bf16 peak, peak memory 47.6 GiB of 77.3 GiB usable (fits); 45.5 GiB with the expandable segments its environment sets (PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)
+# operations: checkpoint 988 GB (sync, write 30.9 s, blocks 31.0 s) every 422 steps = 111 min; MTBF 198.0 h at 0.000474 failures/GPU-day
+# operations: goodput 99.0% (checkpoints 0.5%, failures 0.6%); effective 264,245 tokens/s
 # 32 node(s) x 8 GPUs: run this same script on each node
 set -euo pipefail
 
