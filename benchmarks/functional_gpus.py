@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.functional_platforms import GPU_OF_PLATFORM, golden_target
 from benchmarks.functional_tests import DATA, Verdict, command_line, evaluate, load_cases
+from planner.inputs.megatron_unread import memory_notes
 from planner.inputs.plan import Job
 from planner.model import flops, rank_states
 
@@ -84,10 +85,11 @@ def candidates(words: list[str], gpu: str, name: str) -> list[tuple[int, float]]
     """(world size, predicted allocated bytes of the last pipeline stage) for each dp of
     DP_CANDIDATES whose plan planner reads (Megatron's rules: expert-parallel sizes that divide
     the ranks, a global batch that divides into micro-batches); none for a line with a feature
-    the reader reports as not modelled (Verdict.not_modelled: e.g. an attention output gate,
-    whose weights the memory would not count)."""
+    the reader reports as not modelled in memory (Verdict.not_modelled less the step-time ones,
+    `megatron_unread.memory_notes`: e.g. an attention output gate, whose weights the memory
+    would not count)."""
     first = evaluate(words, gpu, None, name)
-    if first.plan is None or first.not_modelled:
+    if first.plan is None or memory_notes(first.not_modelled):
         return []  # a line with features the reader does not model: its memory is not the run's
     lay = first.plan.require_layout()
     model_parallel = lay.tp * lay.pp * lay.cp

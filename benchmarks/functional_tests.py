@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.functional_platforms import DEFAULT, golden_target, targets
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_unread import memory_notes
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.units import GIB
 from planner.model import cost, memory
@@ -272,7 +273,7 @@ def memory_table(cases: list[dict[str, Any]], cache: dict[tuple, Verdict]) -> No
         pred = v.report.stages[-1].allocated
         err = pred / meas - 1
         if g.count_known:
-            rows.append((err, case["name"], label, bool(v.not_modelled)))
+            rows.append((err, case["name"], label, bool(memory_notes(v.not_modelled))))
         else:
             skipped["GPU count unknown"] += 1
         print(
@@ -285,9 +286,9 @@ def memory_table(cases: list[dict[str, Any]], cache: dict[tuple, Verdict]) -> No
     print(f"\n  left out of the summary: {left}")
     print(summary("all rows", [e for e, *_ in rows]))
     clean = [e for e, _, _, noted in rows if not noted]
-    print(summary("rows without a 'not modelled' note", clean))
+    print(summary("rows without a 'not modelled' note on memory", clean))
     rows.sort()
-    print("  most under-estimated (! = the reading has a 'not modelled' note):")
+    print("  most under-estimated (! = the reading has a 'not modelled' note on memory):")
     for e, name, label, noted in rows[:12]:
         print(f"    {e:+7.1%}  {name} ({label}){' !' if noted else ''}")
     print("  most over-estimated:")

@@ -10,8 +10,9 @@ A flag on a command line is one of:
 - read: the reader (`megatron_args`) turns it into a plan field (`READ`, its table in
   `planner.inputs.megatron_read_flags`);
 - a Megatron-LM flag the reader does not read: it does not change memory or layout, and is
-  ignored (listed with `check --verbose`); those that do change memory in ways planner does not
-  model say so in a note (`NOT_MODELLED`);
+  ignored (listed with `check --verbose`); those that do change memory or time in ways planner
+  does not price say so in a note (`NOT_MODELLED`), or refuse the line (`REFUSED`; both tables
+  in `planner.inputs.megatron_unread`);
 - not a Megatron-LM flag (a launcher's, an inference script's): ignored and listed, unless it
   looks like a misspelt flag the reader reads (`typo_of`), which argparse would reject too
   (`allow_abbrev=False`) and which would change the layout if it were spelt right, or the line
@@ -30,6 +31,9 @@ from importlib import resources
 from planner.inputs.megatron_read_flags import FP8_WGRAD_FLAGS as FP8_WGRAD_FLAGS
 from planner.inputs.megatron_read_flags import PRECISION_FLAGS as PRECISION_FLAGS
 from planner.inputs.megatron_read_flags import READ as READ
+from planner.inputs.megatron_unread import NOT_MODELLED as NOT_MODELLED
+from planner.inputs.megatron_unread import NOT_MODELLED_DEFAULTS as NOT_MODELLED_DEFAULTS
+from planner.inputs.megatron_unread import REFUSED as REFUSED
 
 FLAGS_FILE = "megatron_flags.txt"
 
@@ -77,51 +81,6 @@ def flag_specs() -> dict[str, FlagSpec]:
 def megatron_flags() -> frozenset[str]:
     """Every option string Megatron-LM's parser accepts (loaded once, at first use)."""
     return frozenset(flag_specs())
-
-
-NOT_MODELLED: dict[str, str] = {
-    "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
-    "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
-    "the fused one planner counts (memory under-estimated)",
-    "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
-    "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
-    "vocabulary) replace the line's; planner reads the line's",
-    "--batch-invariant-mode": "batch-invariant kernels (TransformerConfig d98e8a64 "
-    "transformer_config.py:1184-1189: 'will significantly affect speed') are timed as the "
-    "default kernels (step time under-estimated)",
-    "--keep-fp8-transpose-cache": "Megatron-FSDP then keeps each FP8 weight's transpose through "
-    "the step (about one byte per parameter, its README says), which is not counted (memory "
-    "under-estimated)",
-}
-"""Megatron-LM flags that change memory in ways planner does not model: present (with a value
-other than Megatron's default), they are read as the note says."""
-
-NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "--megatron-fsdp-main-params-dtype": ("fp32",),
-    "--optimizer": ("adam", "muon", "dist_muon"),  # Muon: planner.model.optimizer_states
-}
-"""The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no
-note then)."""
-
-
-REFUSED: dict[str, str] = {
-    "--enable-mhc-connections": "hyper-connections carry --mhc-num-residual-streams (4 by "
-    "default) residual streams through every layer (TransformerConfig d98e8a64), which "
-    "planner's activations do not count",
-    "--heterogeneous-layers-config-path": "each layer's shape then comes from that file "
-    "(HeterogeneousTransformerConfig), which planner does not read",
-    "--heterogeneous-layers-config-encoded-json": "each layer's shape then comes from that "
-    "JSON (HeterogeneousTransformerConfig), which planner does not read",
-    "--fp32-residual-connection": "the residual stream, and the tensors the pipeline sends, are "
-    "then fp32 (TransformerConfig), which planner counts in bf16",
-    "--te-precision-config-file": "each matching module then runs the quantization recipe that "
-    "YAML names (d98e8a64 argument_utils.py:365-368 load_quantization_recipe, "
-    "arguments.py:2020-2022), a file planner does not read: planner does not model per-module "
-    "precision overrides",
-}
-"""Megatron-LM flags that change memory in ways planner does not model and that it cannot bound
-by a note: a line with one is refused (exit 2) rather than judged with the memory under-counted.
-The tensor-parallel weight shards (GTP) are refused where they shard (`megatron_layout`)."""
 
 
 SCRIPT_FLAGS = frozenset({"--dataloader-seq-length", "--disable-vision-class-token"})

@@ -66,7 +66,13 @@ from typing import Any
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
-from planner.inputs.megatron_flags import NOT_MODELLED, READ, REFUSED, megatron_flags
+from planner.inputs.megatron_flags import (
+    NOT_MODELLED,
+    NOT_MODELLED_DEFAULTS,
+    READ,
+    REFUSED,
+    megatron_flags,
+)
 from planner.inputs.nemo_unread import NOTED, OVERWRITTEN, unread_note
 
 ROOTS = ("trainer", "model", "data", "optim", "log", "resume")
@@ -255,7 +261,8 @@ def value_of(text: str) -> Any:
 
 def classify(values: dict[str, Any], where: str, missing: list[str], notes: list[str]) -> list[str]:
     """The keys that are not read: the harmless ones (returned, to be listed), the NOT_MODELLED
-    ones and `nemo_unread.NOTED`'s (a note in `missing`), those NeMo writes another key over
+    ones that ask for what their flag does (`_asks`, a value other than NOT_MODELLED_DEFAULTS')
+    and `nemo_unread.NOTED`'s (a note in `missing`), those NeMo writes another key over
     (`nemo_unread.OVERWRITTEN`: a note in `notes`); a key whose Megatron-LM flag that reader
     refuses (`megatron_flags.REFUSED`), or reads, is refused, as is any other."""
     ignored = []
@@ -279,7 +286,10 @@ def classify(values: dict[str, Any], where: str, missing: list[str], notes: list
             dashed = rest.replace("_", "-")
             flag = next((f for f in (f"--{dashed}", f"--no-{dashed}") if f in flags), None)
             if flag in NOT_MODELLED:
-                missing.append(f"{key} ({flag}): {NOT_MODELLED[flag]}")
+                if _asks(flag, value) and str(value) not in NOT_MODELLED_DEFAULTS.get(flag, ()):
+                    missing.append(f"{key} ({flag}): {NOT_MODELLED[flag]}")
+                else:
+                    ignored.append(key)
                 continue
             if flag in REFUSED and _asks(flag, value):
                 raise InputError(

@@ -4,14 +4,24 @@ does not price (`NOTED`), a note where NeMo writes another setting over it befor
 built (`OVERWRITTEN`), a refusal where planner cannot bound what it changes (`REFUSED`).
 
 Megatron-LM d98e8a64 names the Megatron-Core fields; NeMo 8cfedd72 names NeMo's. The Megatron-LM
-reader treats the same settings alike: it ignores the flags of NOTED (`megatron_flags`) and
-refuses --fp32-residual-connection (`megatron_flags.REFUSED`), which `nemo_keys.classify` consults
-for a NeMo key of the same name.
+reader treats the same settings alike, with one text per setting: a NOTED key whose Megatron-LM
+flag that reader notes takes its note (`megatron_unread.NOT_MODELLED`; the key's sense says when,
+NeMo's value being True / False where the flag is a switch), and the reader's refusals
+(--fp32-residual-connection, `megatron_unread.REFUSED`) are consulted by `nemo_keys.classify` for
+a NeMo key of the same name. The others keep their own text: pipeline_dtype (no Megatron-LM
+flag), the MXFP8 gather (planner counts it as --reuse-grad-buf-for-mxfp8-param-ag runs it, so the
+Megatron-LM reader has no note for that flag), attention_softmax_in_fp32 (the Megatron-LM reader
+prices it under its local attention: `megatron_args_memory.softmax_fields`) and
+delay_wgrad_compute (its Megatron-LM flag goes with --overlap-moe-expert-parallel-comm, whose
+all-to-all planner hides under the whole forward and backward compute, `planner.model.ep_overlap`,
+and which planner writes beside it).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from planner.inputs.megatron_unread import NOT_MODELLED
 
 SET, OFF, ANY = "set", "off", "any"
 """When a NOTED key's value gets its note: set true (a switch, or a number above 0), set false
@@ -31,12 +41,7 @@ NOTED: dict[str, tuple[str, str]] = {
         "the pipeline's dtype where the strategy leaves its own unset (megatron_strategy.py "
         "connect); planner sizes and times the sends in the parameters' dtype",
     ),
-    "trainer.strategy.ddp.align_param_gather": (
-        ANY,
-        "aligning the chunks' parameter all-gathers across pipeline stages "
-        "(distributed_data_parallel_config.py:24, False by default) is not modelled: the "
-        "gather is timed alike either way",
-    ),
+    "trainer.strategy.ddp.align_param_gather": (ANY, NOT_MODELLED["--no-align-param-gather"]),
     "trainer.strategy.ddp.delay_wgrad_compute": (
         SET,
         "the delayed weight-gradient computation (distributed_data_parallel_config.py:185) is "
@@ -49,26 +54,15 @@ NOTED: dict[str, tuple[str, str]] = {
     ),
     "optim.config.overlap_param_gather_with_optimizer_step": (
         SET,
-        "the first parameter all-gather overlapped with the optimizer step is not modelled: "
-        "timed without it",
+        NOT_MODELLED["--overlap-param-gather-with-optimizer-step"],
     ),
     "model.config.distribute_saved_activations": (
         SET,
-        "full recompute's layer inputs split across the tensor-parallel ranks are counted whole "
-        "(memory over-estimated)",
+        NOT_MODELLED["--distribute-saved-activations"],
     ),
-    "model.config.fp16_lm_cross_entropy": (
-        SET,
-        "the fp16 cross entropy is not modelled: the loss is counted and timed as without it",
-    ),
-    "model.config.moe_permute_fusion": (
-        ANY,
-        "the fused and the unfused token permutations are timed alike (planner.model.moe_time)",
-    ),
-    "model.config.bias_dropout_fusion": (
-        OFF,
-        "the unfused bias-dropout-add is timed as the fused one",
-    ),
+    "model.config.fp16_lm_cross_entropy": (SET, NOT_MODELLED["--fp16-lm-cross-entropy"]),
+    "model.config.moe_permute_fusion": (ANY, NOT_MODELLED["--moe-permute-fusion"]),
+    "model.config.bias_dropout_fusion": (OFF, NOT_MODELLED["--no-bias-dropout-fusion"]),
     "model.config.attention_softmax_in_fp32": (
         ANY,
         "read only by an unfused attention (Transformer Engine's fused attention, which the "

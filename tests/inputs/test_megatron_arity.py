@@ -128,14 +128,16 @@ def _kind(kw: dict[str, ast.expr]) -> str:
 
 
 def _hand_written() -> dict[str, str]:
-    """Flag -> kind for arguments.py's add_argument calls."""
+    """Flag -> kind for arguments.py's add_argument calls, and post-training arguments.py's
+    (add_modelopt_args, which pretrain_gpt.py's parser takes where ModelOpt imports)."""
     out: dict[str, str] = {}
-    for node in ast.walk(ast.parse(source("megatron/training/arguments.py"))):
-        if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
-            kw = {k.arg: k.value for k in node.keywords if k.arg}
-            for arg in node.args:
-                if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
-                    out[arg.value] = _kind(kw)
+    for path in ("megatron/post_training/arguments.py", "megatron/training/arguments.py"):
+        for node in ast.walk(ast.parse(source(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", "") == "add_argument":
+                kw = {k.arg: k.value for k in node.keywords if k.arg}
+                for arg in node.args:
+                    if isinstance(arg, ast.Constant) and isinstance(arg.value, str):
+                        out[arg.value] = _kind(kw)
     return out
 
 
