@@ -256,6 +256,7 @@ def _read(
     missing += megatron_args_memory.mimo(line, training)
     missing += megatron_args_memory.deterministic_note(line, _blackwell(gpu))
     missing += megatron_args_memory.deterministic_sinks_note(line, model)
+    missing += megatron_args_memory.mxfp8_gather_note(line, training, parallel)
     notes.extend(micro_batch_note(line, not runs_model))
     if "max_position_embeddings" not in model:
         model["max_position_embeddings"] = training["seq_length"]

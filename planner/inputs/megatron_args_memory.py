@@ -194,6 +194,29 @@ def deterministic_note(line: Line, blackwell: bool) -> list[str]:
     return [BLACKWELL_DETERMINISTIC]
 
 
+MXFP8_OWN_BUFFER = (
+    "--fp8-param-gather with --fp8-recipe mxfp8 without --reuse-grad-buf-for-mxfp8-param-ag: "
+    "Megatron's DDP then backs every parameter with a persistent parameter buffer of its own "
+    "(d98e8a64 param_and_grad_buffer.py:1245-1263; optimizer_config.py:416-422 warns of "
+    "'significant additional GPU memory'), mapping each MXFP8 weight into it through Transformer "
+    "Engine's replace_raw_data, which TransformerEngine 002a3e57 does not support for MXFP8 "
+    "(arguments.py:1580-1584): planner counts the run with the flag, the gather through the "
+    "gradient buffer, as planner's launch writes it (memory under-estimated if it runs)"
+)
+"""What `mxfp8_gather_note` says."""
+
+
+def mxfp8_gather_note(line: Line, training: dict[str, Any], parallel: dict[str, Any]) -> list[str]:
+    """The not-modelled note of an MXFP8 parameter gather by Megatron's distributed optimizer
+    (ZeRO 1; Megatron-FSDP turns the reuse off and gathers its own way) without
+    --reuse-grad-buf-for-mxfp8-param-ag (MXFP8_OWN_BUFFER): `planner.model.stage_sync`
+    `gathers_in_grad_buffer` is the path planner prices."""
+    gather = training.get("fp8_param_gather") and training.get("fp8_recipe") == "mxfp8"
+    if not gather or parallel.get("zero_stage", 0) != 1:
+        return []
+    return [] if line.has("--reuse-grad-buf-for-mxfp8-param-ag") else [MXFP8_OWN_BUFFER]
+
+
 DETERMINISTIC_SINKS = (
     "--deterministic-mode with --softmax-type {kind}: Transformer Engine disables its fused "
     "attention for attention sinks in deterministic mode (they need "

@@ -224,6 +224,7 @@ READ = frozenset(
         # precision and kernels
         *PRECISION_FLAGS,
         *FP8_WGRAD_FLAGS,
+        "--reuse-grad-buf-for-mxfp8-param-ag",  # checked beside an MXFP8 gather (args_memory)
         "--fp16",
         "--attention-backend",
         "--flash-attention-version",  # with --attention-backend flash: attention_kernel

@@ -129,3 +129,16 @@ def test_step_time_notes_leave_the_memory_as_read() -> None:
     both = _read("--moe-permute-fusion --record-memory-history").not_modelled
     assert [n.split(":")[0] for n in memory_notes(both)] == ["--record-memory-history"]
     assert TIME_ONLY.issubset(NOT_MODELLED)  # each a flag the reader notes
+
+
+def test_an_mxfp8_gather_without_the_gradient_buffer_reuse_is_noted() -> None:
+    """d98e8a64 param_and_grad_buffer.py:1245-1263: without --reuse-grad-buf-for-mxfp8-param-ag
+    every parameter is backed by a persistent parameter buffer (optimizer_config.py:416-422
+    warns of the memory); planner prices the reuse, which its launch writes."""
+    gather = "--use-distributed-optimizer --fp8-format e4m3 --fp8-recipe mxfp8 --fp8-param-gather"
+    noted = _read(gather).not_modelled
+    assert any(n.startswith("--fp8-param-gather with --fp8-recipe mxfp8") for n in noted)
+    assert memory_notes(noted) == noted  # a memory note
+    assert not _read(gather + " --reuse-grad-buf-for-mxfp8-param-ag").not_modelled
+    tensorwise = gather.replace("mxfp8", "tensorwise")
+    assert not _read(tensorwise).not_modelled  # its weights map into the buffer: no note
