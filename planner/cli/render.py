@@ -19,7 +19,7 @@ from planner.inputs.plan import Job
 from planner.model import titan_accumulation
 from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, Performance
-from planner.model.schedule import BUBBLE_TEXT, schedule_name, shown_microbatches, timeline_text
+from planner.model.schedule import bubble_text, schedule_name, shown_microbatches, timeline_text
 from planner.model.torch_schedules import microbatch_group, schedule_microbatches
 from planner.ops.operations import Operations
 from planner.ops.resilience import Resilience
@@ -234,7 +234,8 @@ def print_explain(
     if layout.pp > 1:
         who = "torchtitan's" if job.framework == "torchtitan" else "Megatron-LM's"
         each = f", {runs}, bubble" if runs else ", bubble"
-        each += f" {BUBBLE_TEXT[name]}" + (" each" if runs else "")
+        m = schedule_microbatches(job, layout)  # one schedule's (torchtitan: of k a step)
+        each += f" {bubble_text(name, layout.pp, m)}" + (" each" if runs else "")
         console.print(
             f"pipeline schedule: {who} {name}{each} = "
             f"{_ms(perf.breakdown.bubble)} ms per step (F forward, B backward, W its weight "

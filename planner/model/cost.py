@@ -45,8 +45,8 @@ output layer and loss, less the weight gradients Megatron's --defer-embedding-wg
 to the flush (`output_time.deferred_wgrad`), which show in `bubble` where they outlast the other
 stages' cooldown (`schedule.flush_exposed`; the search never sets the deferral and its floors
 count the output layer whole). The breakdown reports the slowest stage; `bubble` is the second
-term.
-The DP traffic and optimizer of the stage where they take longest are added after the pipeline.
+term (torchtitan's schedules: `schedule.schedule_bubble`, some from torch's own order). The DP
+traffic and optimizer of the stage where they take longest are added after the pipeline.
 
 Optimizer and DP sync: `planner.model.stage_sync` (the stage where the two take longest, after the
 pipeline; Muon's Newton-Schulz iterations in `planner.model.muon_time`).
@@ -81,6 +81,8 @@ from planner.model import (
 from planner.model.fp32 import pipeline_message_bytes
 from planner.model.interleaved_sync import chunk_counts
 from planner.model.job_memo import ModelMemo
+from planner.model.looped_order import unfilled
+from planner.model.looped_p2p import looped_p2p_exposed
 from planner.model.mtp_hops import Hops, interleaved_extra, standalone_hops
 from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
@@ -247,9 +249,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
             dp_traffic = e + (1 - share) * hid  # e holds share x hid of the SMs, not traffic
             link_busy = max(link_busy, shared_link.busy_seconds(per_mb, m, dp_traffic))
 
-    # the schedule's bubble (planner.model.schedule: 1F1B / interleaved, torchtitan's others;
-    # the V schedules' from torch's order at this m, planner.model.v_bubble)
-    # (1F1B timed exactly in Megatron's order only: torchtitan's keeps the closed form)
+    # the schedule's bubble (planner.model.schedule; the V schedules' and below pp the looped
+    # ones' from torch's order at this m; 1F1B exact in Megatron's order, torchtitan's closed)
     name = schedule_name(job, lay)
     exact = job.framework == "megatron" or name != "1F1B"
     bubble = schedule_bubble(name, stages, [r[1] for r in rows], lay.vpp, m if exact else None)
@@ -266,6 +267,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
     pp_exposed = m * exch[worst]  # the slowest stage's own exchanges
     if interleaved and name in V_BUBBLES:  # a V turns chunks locally: no wrap-around hops
         pp_exposed += v_p2p_exposed(name, m, hop, stages, [r[1] for r in rows])
+    elif interleaved and unfilled(name, lay.pp, m):  # torch's looped order below pp
+        pp_exposed += looped_p2p_exposed(name, lay.vpp, m, hop, stages, [r[1] for r in rows])
     elif interleaved:
         fwds, bwds = zip(*stages, strict=True)
         # Megatron waits on each forward's send before freeing its output (schedules.py

@@ -47,7 +47,9 @@ the GEMMs dominate.
 ZBVZeroBubble and DualPipeV are priced from torch's own order (`planner.model.v_bubble`: the
 longest path through each class's actions at the step's m, exact), not from their papers'
 formulas: ZB-V's (p-1)(F+B-3W)/2 is 0 at F = I = W, where torch's order idles p - 1 chunk
-forwards."""
+forwards. Below pp micro-batches (torch runs Interleaved1F1B and InterleavedZeroBubble so in one
+round of m, and LoopedBFS) no group fills the pipeline and the closed form underprices the fill:
+those steps are timed in torch's own order (`planner.model.looped_order`, exact)."""
 
 from __future__ import annotations
 
@@ -57,6 +59,7 @@ from functools import lru_cache
 from typing import TYPE_CHECKING, NamedTuple
 
 from planner.model import one_f_one_b
+from planner.model.looped_order import looped_step, unfilled
 from planner.model.megatron_order import schedule_table, warmup
 from planner.model.v_bubble import V_BUBBLES, v_bubble
 
@@ -93,6 +96,14 @@ BUBBLE_TEXT: dict[str, str] = {
 """Each schedule's bubble with equal stages, as `explain` prints it."""
 
 
+def bubble_text(name: str, pp: int, m: int) -> str:
+    """How `explain` says schedule `name`'s bubble at m micro-batches: `BUBBLE_TEXT`'s, or below
+    pp for torch's looped schedules the order it is timed in (`looped_order.unfilled`)."""
+    if unfilled(name, pp, m):
+        return "the longest path through torch's order (m < p: no round fills the pipeline)"
+    return BUBBLE_TEXT[name]
+
+
 def pipeline_time(stage_times: Sequence[float], m: int, vpp: int = 1) -> tuple[float, float]:
     """(steady, bubble) seconds of one step, from each stage's time per micro-batch.
 
@@ -118,10 +129,12 @@ def schedule_bubble(
 ) -> float:
     """Bubble seconds of one step of schedule `name` (module docstring), from each stage's
     (forward, backward) seconds per micro-batch and the recompute inside that backward; 1F1B and
-    interleaved 1F1B give `pipeline_time`'s bubble. m, the micro-batches, only the V schedules
-    and 1F1B read (uneven stages' bubble depends on it; None: the V schedules' limit,
-    `v_bubble.v_bubble`, 1F1B's closed form; given, 1F1B's exact step, `one_f_one_b.step`, less
-    its steady state m max_r t_r)."""
+    interleaved 1F1B give `pipeline_time`'s bubble. m, the micro-batches, only the V schedules,
+    1F1B and torch's looped schedules read (uneven stages' bubble depends on it; None: the V
+    schedules' limit, `v_bubble.v_bubble`, 1F1B's closed form; given, 1F1B's exact step,
+    `one_f_one_b.step`, less its steady state m max_r t_r, and below pp micro-batches torch's
+    Interleaved1F1B, InterleavedZeroBubble and LoopedBFS timed in their own order,
+    `looped_order.looped_step`, less the same: no group fills the pipeline there)."""
     weights = [
         WGRAD_SHARE * max(bwd - rec, 0.0) for (_, bwd), rec in zip(stages, recompute, strict=True)
     ]
@@ -130,6 +143,10 @@ def schedule_bubble(
     if name == "1F1B" and m is not None:  # exact: a slow early stage's warm-up hides fill
         fwd, bwd = zip(*stages, strict=True)
         return one_f_one_b.step(fwd, bwd, m) - m * max(f + b for f, b in stages)
+    if m is not None and unfilled(name, len(stages), m):  # torch's order: no closed form
+        fwd, bwd = zip(*stages, strict=True)
+        top = m * max(f + b for f, b in stages)
+        return max(looped_step(name, vpp, m, fwd, bwd, weights) - top, 0.0)
     a, b, w, d = BUBBLE_TERMS[name]
     g = [max(a * f + b * bwd + w * wt, 0.0) for (f, bwd), wt in zip(stages, weights, strict=True)]
     return (sum(g) - max(g)) / (vpp if d is None else d)
@@ -238,7 +255,8 @@ def simulate(
     """One step's pipeline schedule, every op timed, per rank: 1F1B (vpp 1) or Megatron's
     interleaved 1F1B (vpp > 1) in groups of `group` micro-batches per virtual stage (default pp),
     which needs pp <= group <= m and the last group whole or of pp at least
-    (`rules.interleaved_microbatches`).
+    (`rules.interleaved_microbatches`), or below pp one group of all m (torch's
+    Interleaved1F1B in its one round, `looped_order.rank_order`: the same order).
 
     fwd and bwd are one micro-batch's forward and backward through the whole rank, the same on
     every rank or one per rank (uneven stages); each of its vpp chunks takes 1/vpp of them. An op
@@ -252,10 +270,10 @@ def simulate(
     if len(f_of) != pp or len(b_of) != pp:
         raise ValueError(f"one forward and one backward time per rank: {pp} ranks")
     g = group or pp
-    if vpp > 1 and not (pp <= g <= m and (m % g == 0 or m % g >= pp)):
+    if vpp > 1 and not (min(pp, m) <= g <= m and (m % g == 0 or m % g >= pp)):
         raise ValueError(
-            f"the interleaved schedule needs pp ({pp}) <= the group ({g}) <= m ({m}), and the "
-            "last group whole or of pp micro-batches at least"
+            f"the interleaved schedule needs pp ({pp}) <= the group ({g}) <= m ({m}), or one "
+            "group of all m, and the last group whole or of pp micro-batches at least"
         )
     order = [op_order(pp, m, vpp, r, group, ep_overlap) for r in range(pp)]
     done: dict[tuple, float] = {}

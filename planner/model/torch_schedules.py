@@ -21,9 +21,10 @@ distributed/pipeline_parallel.py `build_pipeline_schedule` passes it):
   past m empty; ScheduleLoopedBFS takes any m.
 
 Where torch runs fewer micro-batches than the pipeline needs to fill (m < pp for the interleaved
-and breadth-first schedules, m < 2 pp - 1 for ZB-V) its ranks wait through a longer fill than the
-closed-form bubbles of `planner.model.schedule.schedule_bubble` price; those counts are refused
-as not modelled (`unmodelled`), never accepted at a time they would not reach.
+and breadth-first schedules, in one round of m; m < 2 pp - 1 for ZB-V) its ranks wait through a
+longer fill than the closed-form bubbles of `planner.model.schedule.schedule_bubble` price: those
+steps are timed in torch's own order (`planner.model.looped_order`, `planner.model.v_bubble`), and
+only what torch raises on is refused (`refusal`).
 """
 
 from __future__ import annotations
@@ -68,9 +69,9 @@ def microbatch_group(job: Job, lay: Layout) -> int | None:
     return lay.microbatch_group_size_per_vp_stage
 
 
-def unmodelled(name: str, pp: int, m: int) -> str | None:
-    """Why torch's schedule `name` cannot run m micro-batches over pp pipeline ranks, or runs them
-    in a way the model does not price (module docstring); None where it runs them as modelled."""
+def refusal(name: str, pp: int, m: int) -> str | None:
+    """Why torch's schedule `name` cannot run m micro-batches over pp pipeline ranks, as its
+    constructor raises (module docstring); None where it runs them."""
     if pp == 1:
         return None
     if name == "1F1B" and m < pp:  # Schedule1F1B.__init__ (00722e64); GPipe takes any m
@@ -78,23 +79,11 @@ def unmodelled(name: str, pp: int, m: int) -> str | None:
             f"at least pipeline_parallel_degree ({pp}) micro-batches (got {m}): torch raises "
             "with fewer (Schedule1F1B)"
         )
-    if name in ROUNDS or name == "LoopedBFS":
-        if m < pp:
-            return (
-                f"at least pipeline_parallel_degree ({pp}) micro-batches (got {m}): with fewer, "
-                "the pipeline never fills, which planner does not model"
-            )
-        r = rounds(pp, m)
-        if name in ROUNDS and m % r:
-            return (
-                f"a number of micro-batches ({m}) that is a multiple of torch's rounds "
-                f"({r} = {m} // {pp}); torch raises otherwise"
-            )
-    if name == "ZBVZeroBubble" and m < 2 * pp - 1:
+    r = rounds(pp, m)
+    if name in ROUNDS and m % r:
         return (
-            f"at least 2 x pipeline_parallel_degree - 1 ({2 * pp - 1}) micro-batches (got {m}): "
-            "torch lays out that many and idles in the slots of the missing ones, which planner "
-            "does not model"
+            f"a number of micro-batches ({m}) that is a multiple of torch's rounds "
+            f"({r} = {m} // {pp}); torch raises otherwise"
         )
     if name == "DualPipeV" and m < 2 * pp:
         return (

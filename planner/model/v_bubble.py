@@ -78,10 +78,11 @@ def v_bubble(
 ) -> float:
     """The bubble of V schedule `name` over m micro-batches from each stage's (forward, backward)
     and weight-gradient seconds (module docstring): the step less m times the slowest stage's
-    F + B. The closed form where the stages are equal (it holds for every m torch runs); m None
-    the limit of many micro-batches, where only the slowest stages' detours count. DualPipeV
-    below 2p micro-batches, which torch refuses (`torch_schedules.unmodelled`), is priced at 2p.
-    0 for one stage."""
+    F + B. The closed form where the stages are equal and m is at least `least_microbatches`
+    (it holds for every such m); m None the limit of many micro-batches, where only the slowest
+    stages' detours count. ZB-V below 2p - 1 micro-batches (torch idles in the empty slots of
+    the missing ones) is the order's own step, `v_paths.v_step`; DualPipeV below 2p, which torch
+    refuses (`torch_schedules.refusal`), is priced at 2p. 0 for one stage."""
     pp = len(stages)
     if pp < 2:
         return 0.0

@@ -186,8 +186,9 @@ def _durations(fwd: Sequence[float], bwd: Sequence[float], wgt: Sequence[float])
 
 
 def least_microbatches(name: str, pp: int) -> int:
-    """The fewest micro-batches torch runs `name` with as planner prices it
-    (`torch_schedules.unmodelled`): ZB-V 2 pp - 1, DualPipeV 2 pp."""
+    """The fewest micro-batches at which `name`'s closed form over equal stages holds
+    (`v_bubble.V_BUBBLES`): ZB-V 2 pp - 1 (below it torch leaves empty slots, and `v_step`
+    times the order), DualPipeV 2 pp (below it torch raises, `torch_schedules.refusal`)."""
     return 2 * pp - 1 if name == "ZBVZeroBubble" else 2 * pp
 
 

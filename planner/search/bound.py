@@ -31,7 +31,7 @@ from planner.model.stage_time import (
 from planner.search.floor_layers import floor_layers
 from planner.search.fsdp_bound import applies as fsdp_applies
 from planner.search.fsdp_bound import fsdp_exposed
-from planner.search.pipe_floor import pipeline_floor, scaled_floor
+from planner.search.pipe_floor import fills, pipeline_floor, scaled_floor
 from planner.search.rank_groups import rank_counts, rank_values
 from planner.search.rungs import NONE, RUNG_FIELDS
 
@@ -191,8 +191,8 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
     the fill and drain (d = `fill_drain`: vpp under Megatron) it is at least (m - 1/d) max_r h_r
     + sum_r h_r / d + overhead >= (m(top) / m) x ((m - 1/d) (worst + u spare_worst) + (total +
     u spare_total) / d) + overhead (the step's; max_r h_r at least the rank whose floor is
-    `worst`; with d = 1, `pipe_floor.scaled_floor`), taken here less 1e-12 of itself for
-    rounding; elsewhere it is at least
+    `worst`; with d = 1, and torch's looped schedules below pp, `pipe_floor.scaled_floor`),
+    taken here less 1e-12 of itself for rounding; elsewhere it is at least
     `lower_bound`, at least m(top) x worst + the step overhead (= `Floors.lower_bound`, the bound
     the search queued the structure on). tests/search/test_search_assumptions.py checks it below
     base_bound for every base of its problems."""
@@ -206,8 +206,8 @@ def below(job: Job, top: Floors, layout: Layout) -> float:
             layout.pp, layout.vpp, layout.pp - 1, m, layout.microbatch_group_size_per_vp_stage
         )
         worst, total = worst + u * top.spare_worst, total + u * top.spare_total
-    if d == 1:  # 1F1B's exact step (`one_f_one_b`): the floors' order over the ranks unknown
-        scaled = scaled_floor(top.descending, worst, top.m, m)
+    if d == 1 or not fills(job, layout):  # exact 1F1B, looped below pp: ranks' order unknown
+        scaled = scaled_floor(top.descending, worst, top.m, m, d, total if d > 1 else 0.0)
     else:
         scaled = top.m / m * ((m - 1 / d) * worst + total / d)
     return scaled * (1 - 1e-12) + top.other
@@ -260,19 +260,20 @@ def base_bound(job: Job, layout: Layout, known: Floors | None = None) -> float:
     step adds only terms >= 0 to it, and the step overhead), which is (m - 1/d) max_r t_r +
     sum_r t_r / d: nondecreasing in every stage time t_r, as m >= 1 >= 1/d, so it holds at any
     g_r <= t_r (with one stage, m t_1, its steady state); with d = 1 the exact 1F1B step can
-    be less, and `pipeline_floor` bounds it. On one GPU kind g_r is the rank's own
-    stage time without memory savers (`_plain_stage_times`: the stage time's composition is
-    the same for both training codes), a floor under every rung's at this micro-batch; with
-    pools the floors of `lower_bound`. torchtitan's zero-bubble schedules get `size_floor`.
-    torchtitan without pipelining: either, plus FSDP2's exposed traffic beyond the stage's
-    windows (`fsdp_bound.fsdp_exposed`, whose docstring proves the sum)."""
+    be less, as torch's looped ones below pp (`pipe_floor.fills`): `pipeline_floor` bounds
+    both. On one GPU kind g_r is the rank's own stage time without memory savers
+    (`_plain_stage_times`: the stage time's composition is the same for both training codes),
+    a floor under every rung's at this micro-batch; with pools the floors of `lower_bound`.
+    torchtitan's zero-bubble schedules get `size_floor`. torchtitan without pipelining: either,
+    plus FSDP2's exposed traffic beyond the stage's windows (`fsdp_bound.fsdp_exposed`, whose
+    docstring proves the sum)."""
     d = fill_drain(job, layout)
     if d is None:
         out = size_floor(job, layout, known)
     else:
         pooled = bool(pools.rank_jobs(job, layout))
         m, g = _stage_floors(job, layout) if pooled else _plain_stage_times(job, layout)
-        out = pipeline_floor(g, m, d, ordered=not pooled) + cost.step_overhead_s(job)
+        out = pipeline_floor(g, m, d, not pooled, fills(job, layout)) + cost.step_overhead_s(job)
     if fsdp_applies(job, layout):  # FSDP2's exposed traffic beyond the stage's windows
         out = (out + fsdp_exposed(job, layout)) * (1 - 1e-12)
     return out

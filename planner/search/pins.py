@@ -322,7 +322,7 @@ def _no_option(job: Job, space: Space, structs: list[Structure]) -> tuple[str, b
     # 8. The pipeline schedule runs the step's micro-batches m = global_batch_size / (dp x mbs):
     # Megatron's interleaved one needs m >= pp (in the group the search gives it, `space.group_of`,
     # `rules.parallel.interleaved_microbatches`; vpp 1 always runs), torchtitan's as
-    # `torch_schedules.unmodelled` and `[torchtitan] gradient_accumulation_steps` say
+    # `torch_schedules.refusal` and `[torchtitan] gradient_accumulation_steps` say
     # (`rules.torchtitan_shapes.schedule`). The most micro-batches a structure gets is its
     # smallest micro-batch size's; that example's rule is named.
     titan = job.framework == "torchtitan"

@@ -20,7 +20,7 @@ from typing import Any
 from planner.inputs.layout import CpCommType, Dispatcher, FlexBackend, Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan_pipeline import v_stages
-from planner.model.torch_schedules import unmodelled
+from planner.model.torch_schedules import refusal
 from planner.search import rules
 from planner.search.rules.context import exchange_for
 from planner.search.rules.parallel import least_group
@@ -168,10 +168,10 @@ def options(job: Job, space: Space, s: Structure) -> list[Option]:
 def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
     """Whether the pipeline schedule runs m micro-batches at (pp, vpp): torchtitan's with the
     stages per rank it takes (`torchtitan_shapes.stages_wanted`) as
-    `torch_schedules.unmodelled` says, Megatron's interleaved one wherever some micro-batch
+    `torch_schedules.refusal` says, Megatron's interleaved one wherever some micro-batch
     group runs m (`group_of`): with `[torchtitan]
     gradient_accumulation_steps` k > 1, pipelines whose k schedules split m evenly, each as
-    unmodelled says (`rules.torchtitan_shapes._accumulation`)."""
+    refusal says (`rules.torchtitan_shapes._accumulation`)."""
     if job.framework == "torchtitan":
         k = job.titan.gradient_accumulation_steps
         if k > 1 and (pp == 1 or m % k):
@@ -179,7 +179,7 @@ def _takes(job: Job, pp: int, vpp: int, m: int) -> bool:
         name = job.titan.schedule(vpp)
         if pp > 1 and stages_wanted(name, vpp) is not None:
             return False  # a pinned schedule's stages per rank (QA: vpp 4 under ZB-V ranked)
-        return unmodelled(name, pp, m // k) is None
+        return refusal(name, pp, m // k) is None
     return vpp == 1 or least_group(pp, m) is not None
 
 

@@ -4,7 +4,7 @@ schedule.schedule_bubble) against torch's own order, timed.
 Oracle: `v_schedule.simulate_v` (p2p 0) on torch's ScheduleDualPipeV order (pytorch/pytorch 00722e64
 torch/distributed/pipelining/schedules.py, `_calculate_single_rank_operations`, checked by hand and
 by brute force in tests/cli/test_timeline_v.py), its overlapped forward-and-backward pair taken as
-F + B as the cost model takes it. DualPipeV needs m >= 2 pp (`torch_schedules.unmodelled`). The
+F + B as the cost model takes it. DualPipeV needs m >= 2 pp (`torch_schedules.refusal`). The
 DualPipe README's (PP/2 - 1)(F&B + B - 3W), which the cost model used before, agrees only at
 F = I = W: on this grid it was off by up to 4.9% of the step.
 """

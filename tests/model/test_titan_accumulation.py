@@ -114,8 +114,9 @@ def test_interleaved_rounds_are_one_schedules(tmp_path: Path) -> None:
         (32, 2, "", "torchtitan.gradient_accumulation_steps", "2: pipeline schedules a step"),
         # k divides the step's micro-batches, 32 / (4 x 1) = 8
         (32, 3, "", "torchtitan.gradient_accumulation_steps", "3 does not divide the step's"),
-        # Interleaved1F1B needs at least pp micro-batches a schedule: 8 / 8 = 1 < 2
-        (32, 8, "vpp = 2\n", "training.global_batch_size", "needs at least pipeline_parallel"),
+        # Schedule1F1B raises below pp micro-batches a schedule: 8 / 8 = 1 < 2 (Interleaved1F1B
+        # runs them, in one round of 1: tests/model/test_looped_order.py)
+        (32, 8, "", "training.global_batch_size", "needs at least pipeline_parallel"),
     ],
 )
 def test_the_rules_refuse_naming_the_field(

@@ -21,8 +21,10 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, load_plan, parse_plan
 from planner.model import cost, memory, schedule
 from planner.model.in_flight import schedule_peak, v_in_flight
+from planner.model.looped_order import looped_step
 from planner.model.schedule import schedule_bubble
 from planner.model.torch_schedules import microbatch_group
+from planner.model.v_schedule import simulate_v
 from planner.search import rules
 from planner.search.rules import check_plan
 
@@ -232,12 +234,17 @@ def test_interleaved_rounds_peak_against_torch_order() -> None:
         ("ZBVZeroBubble", 4, 7, False),  # 2 pp - 1: the layout's own length
         ("ZBVZeroBubble", 4, 9, False),
         ("LoopedBFS", 4, 5, False),
+        # below pp: one round of m (max(1, 3 // 4) = 1, 3 % 1 = 0); ZB-V's empty slots
+        ("Interleaved1F1B", 4, 3, False),
+        ("InterleavedZeroBubble", 4, 2, False),
+        ("LoopedBFS", 4, 1, False),
+        ("ZBVZeroBubble", 4, 3, False),
     ],
 )
 def test_torch_refusals(name: str, pp: int, m: int, torch_raises: bool) -> None:
     """What torch's schedule constructors raise on (schedules.py 00722e64, worked by hand in each
-    row's comment) planner refuses, naming torch; what they take at m >= pp (2 pp - 1 for ZB-V)
-    it takes."""
+    row's comment) planner refuses, naming torch; what they take, fewer micro-batches than
+    stages among them, it takes."""
     vpp = 2
     job, lay = _titan_layout(pp, vpp, m, name)
     why = broken(job, lay).get("tt_microbatches")
@@ -262,14 +269,26 @@ def test_single_stage_schedules_refusals(name: str, m: int, torch_raises: bool) 
 
 
 @pytest.mark.parametrize(
-    ("name", "m"), [("Interleaved1F1B", 3), ("LoopedBFS", 3), ("ZBVZeroBubble", 6)]
+    ("name", "m"),
+    [("Interleaved1F1B", 3), ("LoopedBFS", 3), ("InterleavedZeroBubble", 2), ("ZBVZeroBubble", 6)],
 )
-def test_unfilled_pipelines_refused_as_not_modelled(name: str, m: int) -> None:
-    """torch runs these (rounds of m < pp; ZB-V idles in the slots of 2 pp - 1 - m missing
-    micro-batches), with a fill the closed-form bubble does not price: refused, saying so."""
+def test_unfilled_pipelines_priced_in_torchs_order(name: str, m: int) -> None:
+    """torch runs these (one round of m < pp; ZB-V idles in the slots of 2 pp - 1 - m missing
+    micro-batches), and they were refused as not modelled: now taken, their bubble the step of
+    torch's own order over the plan's stages (`looped_order.looped_step`, `v_schedule.simulate_v`,
+    no recompute: W = B / 2) less m times the slowest stage's F + B."""
     job, lay = _titan_layout(4, 2, m, name)
-    why = broken(job, lay)["tt_microbatches"]
-    assert "does not model" in why.message and f"got {m}" in why.message
+    assert "tt_microbatches" not in broken(job, lay) and lay.recompute == "none"
+    perf = cost.estimate(job, lay)
+    fwd, bwd = [f for f, _ in perf.stages], [b for _, b in perf.stages]
+    wgt = [b / 2 for b in bwd]
+    if name == "ZBVZeroBubble":
+        step = max(op.end for ops in simulate_v(name, 4, m, fwd, bwd, wgt) for op in ops)
+    else:
+        step = looped_step(name, 2, m, fwd, bwd, wgt)
+    top = max(f + b for f, b in perf.stages)
+    assert perf.breakdown.bubble == pytest.approx(step - m * top, rel=1e-9)
+    assert memory.estimate(job, lay).peak > 0
 
 
 def test_dual_pipe_v_check_refuses_what_torch_raises_on(

@@ -204,7 +204,7 @@ def test_the_bubble_depends_on_m_and_settles(name: str) -> None:
 
 def test_edges() -> None:
     # one stage: no pipeline; DualPipeV below 2 pp micro-batches (torch raises,
-    # torch_schedules.unmodelled refuses it) is priced at 2 pp
+    # torch_schedules.refusal refuses it) is priced at 2 pp
     assert v_bubble("DualPipeV", [(1.0, 2.0)], [1.0], 5) == 0.0
     stages, wgt = [(1.2, 2.4), (1.0, 2.0), (1.0, 2.1)], [1.2, 1.0, 1.0]
     assert v_bubble("DualPipeV", stages, wgt, 4) == v_bubble("DualPipeV", stages, wgt, 6)

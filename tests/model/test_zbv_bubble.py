@@ -7,7 +7,8 @@ as tests/cli/test_timeline_v.py checks it by hand and by brute force), each acti
 free and its input is ready; and a brute force of the longest path through that order, each path
 summed as counts of chunk forwards, input gradients and weight gradients, whose maximal sums are
 the closed form's terms. torch lays out max(2 pp - 1, m) micro-batches (empty slots past m), so it
-runs any m; planner prices m >= 2 pp - 1 (`torch_schedules.unmodelled` refuses fewer).
+runs any m; the closed form holds from m = 2 pp - 1, and below it the order's own step
+(`v_paths.v_step`) prices the empty slots.
 """
 
 from __future__ import annotations

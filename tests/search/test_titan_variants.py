@@ -136,6 +136,15 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
             headroom_pct=12.0,
         ),
     ),
+    # a small batch: global 2 at tp <= 2 leaves dp <= 2 and pp >= 2, so every layout's schedule
+    # runs m = 2 / (dp x mbs) < pp micro-batches (torch's looped schedules in one round of m,
+    # priced in torch's order, `looped_order`; 1F1B raises): pp 4 vpp 3 (m 2) first, pp 2 (m 1)
+    "llama8b-8xh100-gbs2": (
+        titan_job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 2, memory_gib=45),
+        Space(
+            framework="torchtitan", tp=Bound(1, 2), cp=Bound(1, 1), vpp=Bound(1, 3), mbs=Bound(1, 2)
+        ),
+    ),
     # a 1.7B model replicated whole over the 8 GPUs (dp_replicate 8, shard group 1, no other
     # parallelism: e347b1e5 models/llama3/infra/parallelize.py:148-156 runs DDP) ranks 5th
     "gpt1.7b-8xh100": (

@@ -140,7 +140,7 @@ def _accumulation(job: Job, lay: Layout) -> Violation | None:
 
 
 def _microbatches(job: Job, lay: Layout, name: str) -> Violation | None:
-    """torch's micro-batch conditions for the schedule (`torch_schedules.unmodelled`), on one
+    """torch's micro-batch conditions for the schedule (`torch_schedules.refusal`), on one
     schedule's micro-batches (as `torch_schedules.schedule_microbatches` counts them: of k a step
     with `[torchtitan] gradient_accumulation_steps`, which must divide them first)."""
     if not lay.dp * lay.micro_batch_size:
@@ -149,7 +149,7 @@ def _microbatches(job: Job, lay: Layout, name: str) -> Violation | None:
         return wrong
     k = job.titan.gradient_accumulation_steps  # it divides them (`_accumulation`)
     m = lay.num_microbatches(job.global_batch_size) // k  # one schedule's
-    why = torch_schedules.unmodelled(name, lay.pp, m)
+    why = torch_schedules.refusal(name, lay.pp, m)
     if why is None:
         return None
     each, by = ("", "") if k == 1 else (f" / torchtitan.gradient_accumulation_steps {k}", f" / {k}")
