@@ -53,9 +53,26 @@ def parallel_table(line: NemoLine, recipe: Recipe, notes: list[str]) -> dict[str
     distributed = line.flag("optim.config.use_distributed_optimizer", True)
     out["zero_stage"] = 1 if distributed else 0
     tp_comm_overlap(line)
+    full_recompute(line, out)
     cpu_offloading(line, out, notes)
     p2p_overlap(line, out)
     return out
+
+
+def full_recompute(line: NemoLine, out: dict[str, Any]) -> None:
+    """Full recompute as Megatron-Core's TransformerConfig takes it: with a recompute_method
+    and a recompute_num_layers, else its __post_init__ raises (d98e8a64
+    transformer_config.py:1908-1925); no recipe planner reads sets either (`nemo_recipes`), so
+    a line turning full recompute on names both."""
+    if out.get("recompute") != "full":
+        return
+    for field in ("recompute_method", "recompute_num_layers"):
+        if out.get(field) is None:
+            raise line.fail(
+                "model.config.recompute_granularity",
+                f"full recompute needs model.config.{field} too: Megatron-Core's "
+                "TransformerConfig raises without it (transformer_config.py:1908-1925 @d98e8a64)",
+            )
 
 
 def tp_comm_overlap(line: NemoLine) -> None:

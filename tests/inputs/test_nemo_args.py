@@ -80,7 +80,13 @@ def test_the_recipe_sets_what_the_line_does_not() -> None:
         ),
         ("trainer.strategy.ddp.num_buckets=4", "parallel", "ddp_num_buckets", 4),
         ("optim.config.use_distributed_optimizer=False", "parallel", "zero_stage", 0),
-        ("model.config.recompute_granularity=full", "parallel", "recompute", "full"),
+        (  # with the method and layer count TransformerConfig requires beside it
+            "model.config.recompute_granularity=full model.config.recompute_method=uniform "
+            "model.config.recompute_num_layers=1",
+            "parallel",
+            "recompute",
+            "full",
+        ),
         ("model.config.recompute_method=block", "parallel", "recompute_method", "block"),
         ("model.config.recompute_num_layers=2", "parallel", "recompute_num_layers", 2),
         ("data.seq_length=4096", "training", "seq_length", 4096),

@@ -191,3 +191,17 @@ def test_gemma2_s_soft_capped_logits_are_in_the_not_modelled_note() -> None:
     # backward: 4096 x 2 x (256,000 / tp 2) x 2 bytes = 2,097,152,000 B = 1.95 GiB
     r = read("nemo llm pretrain -y --factory gemma2_2b", 8)
     assert any("final-logit soft-capping" in n and "1.95 GiB" in n for n in r.not_modelled)
+
+
+def test_full_recompute_needs_its_method_and_layer_count() -> None:
+    """Megatron-Core's TransformerConfig.__post_init__ raises for recompute_granularity full
+    without recompute_method ("must be block or uniform") or recompute_num_layers
+    (transformer_config.py:1908-1925 @d98e8a64); the recipes planner reads set neither."""
+    with pytest.raises(InputError, match="recompute_method"):
+        read(HEAD + "model.config.recompute_granularity=full")
+    with pytest.raises(InputError, match="recompute_num_layers"):
+        read(HEAD + "model.config.recompute_granularity=full model.config.recompute_method=block")
+    whole = "model.config.recompute_method=uniform model.config.recompute_num_layers=1"
+    parallel = read(HEAD + "model.config.recompute_granularity=full " + whole).doc["parallel"]
+    assert (parallel["recompute"], parallel["recompute_method"]) == ("full", "uniform")
+    assert read(HEAD + "model.config.recompute_granularity=selective").doc["parallel"]
