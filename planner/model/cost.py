@@ -23,8 +23,10 @@ layers on their own stage (1 + D) x as much from it to the loss stage, each exch
 shape swap: `mtp_hops`);
 when interleaved the sends overlap compute and the fill and drain expose up to one hop per chunk
 boundary, 2 (pp vpp - 1), and the slowest rank's waits on its forward sends past pp micro-batches
-(`schedule.interleaved_p2p_exposed`), or without that overlap every chunk's blocking exchange
-(`blocking_p2p`); DP gradient reduce-scatter / all-reduce and parameter
+(`schedule.interleaved_p2p_exposed` at the schedule's micro-batch group, torch's round under
+torchtitan), or without that overlap every chunk's blocking exchange (`blocking_p2p`); torch's
+V schedules and its looped ones below pp micro-batches read them off torch's order (all:
+`pipeline_p2p`); DP gradient reduce-scatter / all-reduce and parameter
 all-gather (per DDP bucket; ZeRO-3: per layer and micro-batch, rings over the whole group,
 prefetched one layer ahead), exposed beyond their overlap windows (`dp_sync.data_parallel`; the
 gradients' window is the last micro-batch's backward; under the interleaved schedule each
@@ -65,7 +67,6 @@ from dataclasses import replace
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import (
-    blocking_p2p,
     comms,
     dp_sync,
     flops,
@@ -81,15 +82,13 @@ from planner.model import (
 from planner.model.fp32 import pipeline_message_bytes
 from planner.model.interleaved_sync import chunk_counts
 from planner.model.job_memo import ModelMemo
-from planner.model.looped_order import unfilled
-from planner.model.looped_p2p import looped_p2p_exposed
-from planner.model.mtp_hops import Hops, interleaved_extra, standalone_hops
+from planner.model.mtp_hops import Hops, standalone_hops
 from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
 from planner.model.performance import Performance, StepBreakdown, peak_label
+from planner.model.pipeline_p2p import interleaved_exposed
 from planner.model.schedule import (
     flush_exposed,
-    interleaved_p2p_exposed,
     schedule_bubble,
     schedule_name,
 )
@@ -101,8 +100,6 @@ from planner.model.stage_time import (
     mix_sums,
     rank_mix,
 )
-from planner.model.v_bubble import V_BUBBLES
-from planner.model.v_p2p import v_p2p_exposed
 
 STEP_OVERHEAD_S = 0.01
 """Per-step fixed host time on the reference host (`host.HOST_CPU_SLOWDOWN`): the data
@@ -265,24 +262,10 @@ def estimate(job: Job, layout: Layout) -> Performance:
         for j in jobs or (job,)
     ]
     pp_exposed = m * exch[worst]  # the slowest stage's own exchanges
-    if interleaved and name in V_BUBBLES:  # a V turns chunks locally: no wrap-around hops
-        pp_exposed += v_p2p_exposed(name, m, hop, stages, [r[1] for r in rows])
-    elif interleaved and unfilled(name, lay.pp, m):  # torch's looped order below pp
-        pp_exposed += looped_p2p_exposed(name, lay.vpp, m, hop, stages, [r[1] for r in rows])
-    elif interleaved:
-        fwds, bwds = zip(*stages, strict=True)
-        # Megatron waits on each forward's send before freeing its output (schedules.py
-        # :1811-1815): the slowest rank's vpp a micro-batch, the last rank's last chunk none
-        waits = lay.vpp - (worst == lay.pp - 1) if job.framework == "megatron" else 0
-        over = interleaved_p2p_exposed(
-            lay.vpp, m, hop, fwds, bwds, lay.microbatch_group_size_per_vp_stage, waits
+    if interleaved:  # sends overlapped with compute, per schedule (`pipeline_p2p`)
+        over, blocking = interleaved_exposed(
+            job, lay, name, m, hop, size, at, stages, [r[1] for r in rows], stage_times, worst
         )
-        over += interleaved_extra(job, lay, m, size, at)
-        if job.framework == "megatron" and not lay.overlap_p2p_comm:
-            # blocking exchanges (`blocking_p2p`), never below the overlapped schedule's (whose
-            # closed form is an upper bound where a hop outlasts a chunk's forward)
-            blocking = blocking_p2p.exchanges(job, lay, size, at)
-            over = max(over, blocking_p2p.exposed(stage_times, blocking, m, lay.vpp))
         pp_exposed += over
 
     breakdown = StepBreakdown(

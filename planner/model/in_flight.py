@@ -14,12 +14,20 @@ torchtitan's other schedules (torch.distributed.pipelining, `schedule_peak`'s `n
 LoopedBFS run every forward of the step before the first backward (all m x vpp chunk micro-batches
 in flight); InterleavedZeroBubble holds what interleaved 1F1B holds (ZB-H1 keeps 1F1B's peak, Qi
 et al. 2024: a deferred W keeps only its GEMMs' inputs, which the 1F1B backward frees no earlier);
-ZBVZeroBubble and DualPipeV place stages r and 2p - 1 - r on rank r (a V) and hold 2p and 2p + 1
-half-stage chunk micro-batches (ZB-V: "the same peak memory as 1F1B", p stages' worth; DualPipe
-README: PP + 1 with PP = 2p chunks), split as a 1F1B over the 2p chunks of the V would hold them:
-2p - 1 - r (DualPipeV 2p - r) of chunk 0 and r + 1 of chunk 1, each at most m. The layout places
-the V's stages so (`Layout.v_stages`): chunk 0 of rank r is stage r, chunk 1 stage 2p - 1 - r,
-the loss on rank 0 (`Layout.output_rank`).
+ZBVZeroBubble and DualPipeV place stages r and 2p - 1 - r on rank r (a V: chunk 0 of rank r is
+stage r, chunk 1 stage 2p - 1 - r, the loss on rank 0: `Layout.v_stages`, `Layout.output_rank`)
+and hold what torch's own order of each (`planner.model.v_schedule.rank_order`, pytorch/pytorch
+00722e64 schedules.py) holds at its peak, `v_in_flight`: a chunk micro-batch's activations live
+from its forward until its backward's weight-gradient part W (torch's stage.py
+`backward_one_chunk(full_backward=False)` keeps the autograd graph's split nodes, param_groups,
+in `backward_state` until `backward_weight_one_chunk`, _backward.py `stage_backward_input`
+running with retain_graph=True; the first stage runs its whole backward at W), or its whole
+backward. Freed at the input-gradient part I instead the peaks are the same: no forward runs
+between an I and its W but in the cool-down, after the peak (tests/model/test_v_in_flight.py
+walks both). ZB-V's warm-up ends with 2p - 1 - r chunk-0 and r + 1 chunk-1 micro-batches in
+flight, and each steady round's chunk-0 forward, before the I that follows it, briefly holds
+2p - r and r; DualPipeV holds 2p - r and r + 1 (its overlapped forward counted before the
+backward it runs with); each count at most m (ZB-V leaves the slots past m empty).
 """
 
 from __future__ import annotations
@@ -51,10 +59,17 @@ V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 ALL_FORWARDS_FIRST = ("GPipe", "LoopedBFS")
 
 
-def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[int, int]:
-    """Chunk 0's and chunk 1's micro-batches in flight on rank `rank` of a V schedule."""
-    first = 2 * pp - rank - (0 if name == "DualPipeV" else 1)
-    return min(first, m), min(rank + 1, m)
+def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[tuple[int, int], ...]:
+    """(chunk 0's, chunk 1's) micro-batches in flight on rank `rank` of V schedule `name` at
+    each moment of its order that can hold its peak (module docstring): the peak is the largest
+    of count 0 x kept[0] + count 1 x kept[1] over them (any other moment holds no more of
+    either chunk than one of these)."""
+    if name == "DualPipeV":
+        return ((min(2 * pp - rank, m), min(rank + 1, m)),)
+    warm = (min(2 * pp - 1 - rank, m), min(rank + 1, m))  # the warm-up's last chunk-1 forward
+    if 2 * pp - rank > m:  # no steady chunk-0 forward beyond the warm-up's
+        return (warm,)
+    return warm, (2 * pp - rank, rank)  # a steady chunk-0 forward before its round's I
 
 
 def schedule_peak(
@@ -86,8 +101,9 @@ def schedule_peak(
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
     if name in V_SCHEDULES and vpp == 2:
-        c0, c1 = v_in_flight(name, layout.pp, rank, max(m, 1))
-        return c0 * kept[0] + c1 * kept[1]
+        return max(
+            c0 * kept[0] + c1 * kept[1] for c0, c1 in v_in_flight(name, layout.pp, rank, max(m, 1))
+        )
     n_flight = in_flight(layout, rank, max(m, 1), group)
     pp, size = layout.pp, group_size(layout, group)
     overlap = layout.overlap_p2p_comm or vpp == 1  # (Megatron's; read with interleaving alone)

@@ -176,9 +176,10 @@ def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tup
     """The ranks that can hold the peak: among ranks with the same layers (each chunk's count of
     each kind of layer) and the same role (first, holding the last stage, the MTP layers or bf16
     layers, or none), the lowest rank has the most micro-batches in flight and everything else
-    equal; under the V placement (`Layout.v_stages`) rank r holds 2 pp - 1 - r (DualPipeV
-    2 pp - r) of chunk 0 and r + 1 of chunk 1 (`in_flight.v_in_flight`, uncapped at
-    the m >= 2 pp - 1 torch runs), linear in r: the lowest or the highest. `ranks` is
+    equal; under the V placement (`Layout.v_stages`) rank r holds at its peak 2 pp - 1 - r
+    of chunk 0 and r + 1 of chunk 1 or 2 pp - r and r (DualPipeV 2 pp - r and r + 1:
+    `in_flight.v_in_flight`, uncapped at m >= 2 pp), each linear in r and the second rank r's
+    the first of rank r - 1: the lowest or the highest. `ranks` is
     `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
     the split alone, remembered per both."""
     make = lambda: _peak_ranks_of(job, layout, ranks)  # noqa: E731

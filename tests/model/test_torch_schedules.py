@@ -97,12 +97,15 @@ def test_in_flight_by_hand() -> None:
     lay = Layout(tp=1, pp=4, dp=1, vpp=2)
     kept = (1.0, 10.0)
     # ZB-V: 2p = 8 half-stage chunks (1F1B's p stages); DualPipeV PP + 1 = 9
-    assert v_in_flight("ZBVZeroBubble", 4, 0, 64) == (7, 1)
-    assert v_in_flight("ZBVZeroBubble", 4, 3, 64) == (4, 4)
-    assert v_in_flight("DualPipeV", 4, 0, 64) == (8, 1)
+    # (its warm-up's end, and a steady chunk-0 forward before its I: tests/model/
+    # test_v_in_flight.py walks torch's order)
+    assert v_in_flight("ZBVZeroBubble", 4, 0, 64) == ((7, 1), (8, 0))
+    assert v_in_flight("ZBVZeroBubble", 4, 3, 64) == ((4, 4), (5, 3))
+    assert v_in_flight("DualPipeV", 4, 0, 64) == ((8, 1),)
     assert schedule_peak(kept, lay, 0, 64, "ZBVZeroBubble") == pytest.approx(7 + 10)
+    assert schedule_peak(kept[::-1], lay, 0, 64, "ZBVZeroBubble") == pytest.approx(8 * 10)
     assert schedule_peak(kept, lay, 0, 64, "DualPipeV") == pytest.approx(8 + 10)
-    assert v_in_flight("DualPipeV", 4, 0, 3) == (3, 1)  # at most m
+    assert v_in_flight("DualPipeV", 4, 0, 3) == ((3, 1),)  # at most m
     # GPipe / LoopedBFS: every forward before the first backward
     assert schedule_peak((2.0,), Layout(tp=1, pp=4, dp=1), 0, 16, "GPipe") == pytest.approx(32)
     assert schedule_peak(kept, lay, 0, 16, "LoopedBFS") == pytest.approx(16 * 11)

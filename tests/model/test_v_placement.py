@@ -100,20 +100,26 @@ def test_rank_zero_weights_hold_the_embedding_and_the_output_layer() -> None:
         assert fsdp2.pipeline_buffers(job, lay, st.stage) == receives * buffer
 
 
-@pytest.mark.parametrize("schedule, flight", [("ZBVZeroBubble", (3, 2)), ("DualPipeV", (4, 3))])
-def test_activations_count_each_stage_where_it_runs(schedule: str, flight: tuple[int, int]) -> None:
-    """Without recompute every layer keeps a, the embedding e: rank 0 holds `flight[0]` micro-
-    batches of stage 0 (8 layers and the embedding) and one of stage 3 (7 layers), plus the
-    loss's logits (torch's cross entropy: with the layer working set, none without recompute);
-    rank 1 `flight[1]` of stage 1 (9 layers) and two of stage 2 (8)."""
+@pytest.mark.parametrize("schedule", ["ZBVZeroBubble", "DualPipeV"])
+def test_activations_count_each_stage_where_it_runs(schedule: str) -> None:
+    """Without recompute every layer keeps a, the embedding e: rank 0's stage 0 holds 8 layers
+    and the embedding, its stage 3 7 layers, and rank 0 the loss's logits once (torch's cross
+    entropy: with the layer working set, none without recompute); rank 1's stage 1 9 layers,
+    its stage 2 8.
+    In flight at m 8 (torch's order walked, tests/model/test_v_in_flight.py): DualPipeV 4 of
+    stage 0 and 1 of stage 3 on rank 0, 3 of stage 1 and 2 of stage 2 on rank 1; ZB-V at the
+    warm-up's end 3 and 1, 2 and 2, and at each steady chunk-0 forward 4 and 0, 3 and 1."""
     job, lay = _job_layout(schedule)
     sh = shard(job, lay)
     per = per_layer(job.arch, sh)
     a = chunk_kept(job.arch, lay, per, range(0, 1))
     e = act.embedding_bytes(job.arch, sh)
     logits = logits_bytes(job.arch, job.arch.padded_vocab(1), sh)
-    first, second = flight
-    want = (first * (8 * a + e) + 7 * a + logits, second * 9 * a + 2 * 8 * a)
+    s0, s3, s1, s2 = 8 * a + e, 7 * a, 9 * a, 8 * a
+    if schedule == "DualPipeV":
+        want = (4 * s0 + s3 + logits, 3 * s1 + 2 * s2)
+    else:
+        want = (max(3 * s0 + s3, 4 * s0) + logits, max(2 * s1 + 2 * s2, 3 * s1 + s2))
     for rank, chunks in enumerate(lay.chunk_layers(32)):
         got = stage_activations(job, lay, rank, chunks, sh, per)
         assert got == pytest.approx(want[rank], rel=1e-12)
@@ -122,20 +128,21 @@ def test_activations_count_each_stage_where_it_runs(schedule: str, flight: tuple
 def test_the_peak_moves_to_rank_zero_and_never_reads_as_fitting() -> None:
     """With per-op selective recompute, Interleaved1F1B on the same stages peaks on rank 1 (the
     loss, 7 + 9 layers); ZBVZeroBubble on rank 0, whose weights hold 3 x (the output layer and
-    final norm less one layer) bytes more than Interleaved1F1B's rank 0. At 8% headroom
-    (73.2 GiB of 79.6) the V plan runs out on rank 0, which the looped placement planner had
-    put it in (the output on rank 1) read as fitting."""
+    final norm less one layer) bytes more than Interleaved1F1B's rank 0. At 7% headroom
+    (74.1 GiB of 79.6) the V plan runs out on rank 0 (74.7 GiB), which the looped placement
+    planner had put it in (the output on rank 1: 73.4 GiB, ZB-V's counts of torch's order)
+    read as fitting."""
     looped = memory.estimate(*_job_layout("Interleaved1F1B", "selective"))
     job, lay = _job_layout("ZBVZeroBubble", "selective")
     v = memory.estimate(job, lay)
     assert (looped.worst.stage, v.worst.stage) == (1, 0)
     extra = v.stages[0].weights - looped.stages[0].weights
     assert extra == pytest.approx(3 * (EDGE + H - LAYER), rel=1e-12)
-    tight = memory.estimate(job, lay, headroom_pct=8.0)
+    tight = memory.estimate(job, lay, headroom_pct=7.0)
     assert not tight.fits
-    assert memory.estimate(job, lay.with_(v_stages=False), headroom_pct=8.0).fits
+    assert memory.estimate(job, lay.with_(v_stages=False), headroom_pct=7.0).fits
     # the search's fast path (the ranks that can hold the peak) finds the same peak
-    assert memory.estimate(job, lay, 8.0, all_stages=False).peak == tight.peak
+    assert memory.estimate(job, lay, 7.0, all_stages=False).peak == tight.peak
 
 
 def test_a_v_layouts_peak_candidates_take_its_highest_rank_too() -> None:
