@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from planner.cli import calibration, render, report, switch_notes
+from planner.cli import advice_input, calibration, render, report, switch_notes
 from planner.cli.common import (
     DEFAULT_HEADROOM,
     HeadroomOpt,
@@ -52,6 +52,23 @@ def plan_from_args(
     world size its torchrun asks for), its layout checked against Megatron-LM's rules. For a
     command line, what was assumed is noted on stderr, and with `verbose` what was ignored
     too."""
+    return _plan_and_source(
+        plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose, nemo_model
+    )[0]
+
+
+def _plan_and_source(
+    plan_path: Path | None,
+    megatron_args_path: str | None,
+    gpu: str | None,
+    num_gpus: int | None,
+    vocab_size: int | None = None,
+    verbose: bool = False,
+    nemo_model: str | None = None,
+    headroom: float = DEFAULT_HEADROOM,
+) -> tuple[Plan, advice_input.Source | None]:
+    """`plan_from_args`, with the command line's `advice_input.Source` (None for a plan
+    file)."""
     if megatron_args_path is None:
         if plan_path is None:
             raise InputError("check: PLAN: give a plan file, or --megatron-args FILE")
@@ -61,7 +78,7 @@ def plan_from_args(
             if value is not None:
                 raise InputError(f"check: {flag}: only with --megatron-args")
         _plan_names_cluster(gpu, num_gpus)
-        return check_plan(load_plan(plan_path))
+        return check_plan(load_plan(plan_path)), None
     if plan_path is not None:
         raise InputError("check: give either PLAN or --megatron-args, not both")
     if gpu is None:
@@ -69,10 +86,13 @@ def plan_from_args(
             "--megatron-args: also needs --gpu NAME (and --num-gpus N where no torchrun line "
             "says it)"
         )
-    reading, where = megatron_args.load(megatron_args_path, gpu, num_gpus, vocab_size, nemo_model)
+    reading, where, source = advice_input.megatron_source(
+        megatron_args_path, gpu, num_gpus, vocab_size, nemo_model
+    )
     print_reading(reading, where, verbose)
     try:
-        return check_plan(parse_plan(reading.doc, Path(where)))
+        plan = check_plan(parse_plan(reading.doc, Path(where)))
+        return plan, source(plan, headroom)
     except InputError as e:  # --gpu / --num-gpus are flags, not lines of the script
         flags = JobArgs(gpu=gpu, num_gpus=num_gpus)
         message = flags_named(name_flags(str(e), Path(where), flags), where, reading.field_names)
@@ -192,14 +212,17 @@ def check(
                 raise InputError(f"check: {flag}: only with --megatron-args")
         if vocab_size is not None and megatron_log_path is None:
             raise InputError("check: --vocab-size: only with --megatron-args or --megatron-log")
+    source = None
     if torchtitan_config is not None or framework is not None:
         plan = titan_plan(plan_path, torchtitan_config, framework, gpu, num_gpus)
+        if torchtitan_config is not None:
+            source = advice_input.titan_source(torchtitan_config, gpu, num_gpus, plan, headroom)
     elif megatron_log_path is not None:
         run = calibration.log_run(megatron_log_path, gpu, num_gpus, vocab_size)
         plan = run.plan
     else:
-        plan = plan_from_args(
-            plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose, nemo_model
+        plan, source = _plan_and_source(
+            plan_path, megatron_args_path, gpu, num_gpus, vocab_size, verbose, nemo_model, headroom
         )
     prof = calibration.use(calibration_opt, plan.job)
     job, layout = plan.job, plan.require_layout()
@@ -218,6 +241,7 @@ def check(
         changes = advice.memory_changes(job, layout, headroom, step_time)
     elif not host.fits:
         changes = host_advice.host_changes(job, layout, headroom, step_time)
+    said = advice_input.say_all(source, changes)
     if as_json:
         perf = cost.estimate(job, layout)
         issue = switch_notes.host_seconds(job, layout)
@@ -228,6 +252,7 @@ def check(
                 "saves_gib": round(c.saves / 2**30, 2),
                 "memory": c.memory,
                 "fits": c.fits,
+                **advice_input.json_keys(said.get(id(c))),
             }
             for c in changes
         ]
@@ -235,7 +260,8 @@ def check(
         calibration.add_json(data, prof, run)
         emit_json(data)
     else:
-        render.print_check(out, job, layout, rep, changes, (host_line(job, host), host.fits))
+        host_said = (host_line(job, host), host.fits)
+        render.print_check(out, job, layout, rep, changes, host_said, said)
         if run is not None:
             out.print(calibration.measured_table(run, prof))
     raise typer.Exit(EXIT_OK if rep.fits and host.fits else EXIT_NO)

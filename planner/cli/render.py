@@ -12,6 +12,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from planner.cli import explain_notes, switch_notes
+from planner.cli.advice_input import Said, suffix, verified
 from planner.emit.prediction import cost_text
 from planner.inputs import units
 from planner.inputs.layout import Layout
@@ -114,9 +115,11 @@ def print_check(
     rep: MemoryReport,
     changes: list[Change],
     host: tuple[str | None, bool] = (None, True),
+    said: dict[int, Said] | None = None,
 ) -> None:
     """check's table and verdict; `host`, the host-memory line (`host_text.host_line`) and
-    whether the host's fits, printed after the GPU's verdict (which then names the GPU)."""
+    whether the host's fits, printed after the GPU's verdict (which then names the GPU);
+    `said`, the changes in the checked input's terms (`print_changes`)."""
     line, host_fits = host
     console.print(
         f"[bold]{escape(job.arch.name)}[/] on {escape(cluster_text(job))}, "
@@ -132,7 +135,7 @@ def print_check(
         )
         if line is not None:
             console.print(line, markup=True, highlight=False)
-        print_changes(console, changes, host_fits)
+        print_changes(console, changes, host_fits, said)
         return
     on = f"stage {rep.worst.stage}"
     if rep.worst.pool:  # the binding stage, its pool and GPU
@@ -143,28 +146,40 @@ def print_check(
     )
     if line is not None:
         console.print(line, markup=True, highlight=False)
-    print_changes(console, changes, False)
+    print_changes(console, changes, False, said)
 
 
-def print_changes(console: Console, changes: list[Change], fits: bool) -> None:
+def print_changes(
+    console: Console, changes: list[Change], fits: bool, said: dict[int, Said] | None = None
+) -> None:
     """The changes that make the layout fit, cheapest first (GPU memory's single changes from
     `advice.memory_changes`; host memory's from `host_advice.host_changes`, which may pair one
     with offloading less); else the largest saving; where the layout does not fit (`fits`
-    False) and no change is found, that no single change makes it fit."""
-    fitting = [c for c in changes if c.fits]
+    False) and no change is found, that no single change makes it fit. `said`: for a checked
+    line or config, each change in its terms (`advice_input`): one that does not read back
+    is listed apart, as plan file only."""
+    said = said or {}
+    fitting = [c for c in changes if c.fits and verified(said, c)]
+    only = [c for c in changes if c.fits and not verified(said, c)]
     if fitting:  # host memory's may pair offloading less with a GPU change (`Change.also`)
         kind = "Changes" if any(c.memory == "host" for c in fitting) else "Single changes"
         console.print(f"{kind} that make it fit (cheapest first):")
         for c in fitting[:5]:
-            console.print(f"  {c.describe()} saves {_saving(c)}")
+            console.print(f"  {c.describe()} saves {_saving(c)}{suffix(said, c)}")
+    elif only:
+        console.print("No single change verified on this input makes it fit.")
     elif changes:
         best = max(changes, key=lambda c: c.saves)
         console.print(
             f"No single change makes it fit; the largest saving is {best.describe()} "
-            f"({_saving(best)})."
+            f"({_saving(best)}){suffix(said, best)}."
         )
     elif not fits:
         console.print("No single change makes it fit.")
+    if only:
+        console.print("Fitting as a plan file only (not said by this input as planner reads it):")
+        for c in only[:5]:
+            console.print(f"  {c.describe()} saves {_saving(c)}{suffix(said, c)}")
 
 
 def _saving(c: Change) -> str:

@@ -29,7 +29,7 @@ no Megatron-LM flag) goes to `nemo_args`. A Megatron-LM test configuration (a fu
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -78,7 +78,7 @@ from planner.inputs.megatron_startup import micro_batch_note, refuse_unparsed
 from planner.inputs.megatron_vocab import VocabFlags, script_of, vocabulary
 from planner.inputs.shell_run import Files
 
-__all__ = ["Reading", "load", "read", "to_plan", "tokens"]
+__all__ = ["Reading", "load", "read", "source", "to_plan", "tokens"]
 
 
 @dataclass(frozen=True)
@@ -122,13 +122,16 @@ def read(
     vocab_size: int | None = None,
     nemo_model: str | None = None,
     files: Files | None = None,
+    edit: Callable[[list[str]], list[str]] | None = None,
 ) -> Reading:
     """Megatron-LM arguments as a plan document, with what was ignored and assumed.
     `num_gpus` None: the GPU count the script's launcher asks for (`megatron_line.Launch`),
     noted. `files`: what reads the files the script sources (`where` then its path, its `$0`).
     `vocab_size`: the tokenizer's vocabulary where the line does not imply it
     (`planner check --vocab-size`). A NeMo 2 `nemo llm pretrain` line (NeMo-Run overrides) is
-    read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`."""
+    read by `nemo_args`, its model named by the line's `--factory` or by `nemo_model`. `edit`:
+    what changes each launched command's words before they are read (`planner.inputs.
+    line_edits`: a fix of `planner check`'s, read back)."""
     launch_files.refuse_bridge(text, where)
     with _shallow(where):
         config = megatron_yaml.read(text, where) if megatron_yaml.is_config(text) else None
@@ -138,6 +141,9 @@ def read(
             launched = launch_files.read_job(text, where)
         else:
             launched = launch(text, where if files else None, files, where)
+    if edit is not None:
+        scripts = tuple(tuple(edit(list(c))) for c in launched.scripts)
+        launched = replace(launched, words=edit(launched.words), scripts=scripts)
     header_env = planner_environment(text)
     if header_env:  # planner's megatron-args file: its header's environment, as launched
         launched = replace(launched, env={**header_env, **launched.env})
@@ -350,9 +356,15 @@ def load(
     a test configuration; a test case's folder reads its model_config.yaml);
     also returns how messages name the source. `num_gpus` None: the script's launcher's
     (`read`)."""
+    text, where, files = source(path)
+    return read(text, gpu, num_gpus, where, vocab_size, nemo_model, files), where
+
+
+def source(path: str) -> tuple[str, str, Files | None]:
+    """What `load` reads: the file's text (standard input's for '-', a test case folder's
+    model_config.yaml), how messages name it, and what reads the files it sources."""
     if path != "-" and is_file(Path(path) / megatron_yaml.CONFIG_FILE):
         path = str(Path(path) / megatron_yaml.CONFIG_FILE)  # a test case's folder: its config
     where = "<stdin>" if path == "-" else path
     text = read_text(sys.stdin, where) if path == "-" else read_file(Path(path))
-    files = None if path == "-" else local_files  # what it sources, from the disk
-    return read(text, gpu, num_gpus, where, vocab_size, nemo_model, files), where
+    return text, where, None if path == "-" else local_files  # what it sources, from the disk

@@ -57,9 +57,12 @@ def read(path: Path, gpu: str | None, num_gpus: int | None) -> dict[str, Any]:
     return _read(path, gpu, num_gpus)[0]
 
 
-def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, Any], Notes]:
+def _read(
+    path: Path, gpu: str | None, num_gpus: int | None, text: str | None = None
+) -> tuple[dict[str, Any], Notes]:
     """The plan document and the notes on what it reads otherwise than the file says
-    ((field, message), as `Plan.inert`)."""
+    ((field, message), as `Plan.inert`); `text`, a TOML's text to read in place of the file's
+    (`planner check`'s fixes, read back: `planner.inputs.line_edits`)."""
     where = str(path)
     notes: Notes = []
     module = _module(path)
@@ -68,7 +71,8 @@ def _read(path: Path, gpu: str | None, num_gpus: int | None) -> tuple[dict[str, 
 
         doc, text, notes = torchtitan_module.read(*module)
         return _document(doc, text, str(module[0]), gpu, num_gpus, notes, False), notes
-    text = read_file(path)  # at most files.MAX_INPUT_CHARS, a regular file or a device
+    if text is None:
+        text = read_file(path)  # at most files.MAX_INPUT_CHARS, a regular file or a device
     doc = parse_toml(text, where)
     torchtitan_toml.check_fields(doc, where)
     training = doc.get("training")
@@ -361,9 +365,10 @@ MAX_EVERY = 10**9
 """selective_ac_option above this (more layers than any model has) reads as this."""
 
 
-def load(path: Path, gpu: str | None, num_gpus: int | None) -> Plan:
+def load(path: Path, gpu: str | None, num_gpus: int | None, text: str | None = None) -> Plan:
     """The plan the TOML describes (its layout not yet checked by the rules), with the notes
-    on what it reads otherwise than the file says as `Plan.inert` (written as warnings)."""
-    doc, notes = _read(path, gpu, num_gpus)
+    on what it reads otherwise than the file says as `Plan.inert` (written as warnings);
+    `text`, a TOML's text in place of the file's (`_read`)."""
+    doc, notes = _read(path, gpu, num_gpus, text)
     plan = parse_plan(doc, path)
     return replace(plan, inert=plan.inert + tuple(notes)) if notes else plan
