@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import itertools
 import random
+from pathlib import Path
 
 import pytest
 
 from planner.inputs.layout import Layout
-from planner.model import schedule
+from planner.inputs.plan import load_plan
+from planner.model import cost, schedule
 
 
 def test_num_microbatches() -> None:
@@ -302,3 +304,15 @@ def test_timeline_text_by_hand() -> None:
     assert inter == ["rank  0 FFff..bb.bbBBBB", "rank  1 .FFfbbfbbBBBB.."]
     narrow = schedule.timeline_text(2, 2, width=5, **uneven)
     assert [len(line) for line in narrow] == [len("rank  0 ") + 5] * 2
+
+
+def test_one_stage_has_no_bubble_not_a_rounding_below_it() -> None:
+    """pp 1: the step is the steady state, so the bubble is exactly 0 (a review found -4.4e-16,
+    which explain printed as "-0 ms, -0%", on this recipe's uneven per-layer times)."""
+    path = (
+        Path(__file__).parents[2]
+        / "examples/recipes/deepseek-v3-pretrain-64gpu-gb300-fp8mx-fsdp.toml"
+    )
+    plan = load_plan(path)
+    assert plan.require_layout().pp == 1
+    assert cost.estimate(plan.job, plan.require_layout()).breakdown.bubble == 0.0
