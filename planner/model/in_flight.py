@@ -12,22 +12,35 @@ chunks on rank 0 this is Korthikanti's 1 + (pp - 1)/(pp x vpp).
 
 torchtitan's other schedules (torch.distributed.pipelining, `schedule_peak`'s `name`): GPipe and
 LoopedBFS run every forward of the step before the first backward (all m x vpp chunk micro-batches
-in flight); InterleavedZeroBubble holds what interleaved 1F1B holds (ZB-H1 keeps 1F1B's peak, Qi
-et al. 2024: a deferred W keeps only its GEMMs' inputs, which the 1F1B backward frees no earlier);
+in flight). The split-backward schedules (InterleavedZeroBubble, ZBVZeroBubble, DualPipeV) keep a
+chunk micro-batch's activations from its forward until its backward's weight-gradient part W
+(pytorch/pytorch 00722e64 torch/distributed/pipelining stage.py
+`backward_one_chunk(full_backward=False)` keeps the stage's input values, output and
+param_groups, the autograd graph's split nodes, in `backward_state` until
+`backward_weight_one_chunk`; _backward.py `stage_backward_input` runs with retain_graph=True, so
+every node below those split nodes keeps its saved tensors; the first stage does nothing at I and
+its whole backward at W), or until its whole backward: not ZB-H1's accounting, where a deferred W
+keeps only its GEMMs' inputs (Qi et al. 2024).
+
+InterleavedZeroBubble (`DEFERRED_W`), in torch's order (`planner.model.looped_order`): rank r
+runs w = (v - 1) g + pp - 1 - r warm-up forwards (g torch's micro-batches per round), then a
+forward and an I a step, each I from the rank's r-th on followed by the oldest owed W, so the
+forward of step r holds w + r + 1 = (v - 1) g + pp chunk micro-batches on every rank (at most
+m v), and each later step adds one forward and frees one W: interleaved 1F1B's walk with
+(v - 1) g + pp - 1 forwards held before it, where Megatron's holds (v - 1) g + 2 (pp - 1 - r)
+(`in_flight`; tests/model/test_zb_in_flight.py walks torch's order).
+
 ZBVZeroBubble and DualPipeV place stages r and 2p - 1 - r on rank r (a V: chunk 0 of rank r is
 stage r, chunk 1 stage 2p - 1 - r, the loss on rank 0: `Layout.v_stages`, `Layout.output_rank`)
 and hold what torch's own order of each (`planner.model.v_schedule.rank_order`, pytorch/pytorch
-00722e64 schedules.py) holds at its peak, `v_in_flight`: a chunk micro-batch's activations live
-from its forward until its backward's weight-gradient part W (torch's stage.py
-`backward_one_chunk(full_backward=False)` keeps the autograd graph's split nodes, param_groups,
-in `backward_state` until `backward_weight_one_chunk`, _backward.py `stage_backward_input`
-running with retain_graph=True; the first stage runs its whole backward at W), or its whole
-backward. Freed at the input-gradient part I instead the peaks are the same: no forward runs
-between an I and its W but in the cool-down, after the peak (tests/model/test_v_in_flight.py
-walks both). ZB-V's warm-up ends with 2p - 1 - r chunk-0 and r + 1 chunk-1 micro-batches in
-flight, and each steady round's chunk-0 forward, before the I that follows it, briefly holds
-2p - r and r; DualPipeV holds 2p - r and r + 1 (its overlapped forward counted before the
-backward it runs with); each count at most m (ZB-V leaves the slots past m empty).
+00722e64 schedules.py) holds at its peak, `v_in_flight`, freeing at W as above. Freed at the
+input-gradient part I instead the peaks are the same: no forward runs between an I and its W but
+in the cool-down, after the peak (tests/model/test_v_in_flight.py walks both). ZB-V's warm-up
+ends with 2p - 1 - r chunk-0 and r + 1 chunk-1 micro-batches in flight, and each steady round's
+chunk-0 forward, before the I that follows it, briefly holds 2p - r and r; DualPipeV holds
+2p - r and r + 1 (its overlapped forward counted before the backward it runs with); each count at
+most m (ZB-V leaves the slots past m empty), so that below 2 pp - 1 micro-batches a middle rank
+can hold the most (`v_pieces`).
 """
 
 from __future__ import annotations
@@ -43,15 +56,30 @@ def group_size(layout: Layout, group: int | None = None) -> int:
     return group or layout.microbatch_group_size_per_vp_stage or layout.pp
 
 
-def in_flight(layout: Layout, rank: int, num_microbatches: int, group: int | None = None) -> int:
+DEFERRED_W = "InterleavedZeroBubble"
+"""torch's looped schedule that frees a chunk micro-batch's activations at its deferred W
+(module docstring)."""
+
+
+def in_flight(
+    layout: Layout,
+    rank: int,
+    num_microbatches: int,
+    group: int | None = None,
+    name: str = "1F1B",
+) -> int:
     """Micro-batch chunks whose activations rank `rank` holds at its peak (1F1B / interleaved):
     its warm-up forwards and the steady state's next one. With the EP all-to-all overlap Megatron
     runs one more warm-up forward (schedules.py:964-970) and then each forward merged with an
     earlier micro-batch's backward, layer by layer, so that the one being built and the one being
     released together hold one micro-batch's activations and one layer more
-    (`stage_activations`): the same count."""
+    (`stage_activations`): the same count. Under `DEFERRED_W` (`name`) (v - 1) g + pp on every
+    rank (module docstring)."""
     total = num_microbatches * layout.vpp
-    warm = warmup(layout.pp, layout.vpp, rank, total, group_size(layout, group))
+    size = group_size(layout, group)
+    if name == DEFERRED_W:
+        return min((layout.vpp - 1) * size + layout.pp, total)
+    warm = warmup(layout.pp, layout.vpp, rank, total, size)
     return min(warm + 1, total)
 
 
@@ -70,6 +98,16 @@ def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[tuple[int, int],
     if 2 * pp - rank > m:  # no steady chunk-0 forward beyond the warm-up's
         return (warm,)
     return warm, (2 * pp - rank, rank)  # a steady chunk-0 forward before its round's I
+
+
+def v_pieces(pp: int, rank: int, m: int) -> tuple[bool, bool, bool]:
+    """Which linear piece of `v_in_flight`'s counts rank `rank` lies on at m micro-batches:
+    whether chunk 0's count is capped at m (ZB-V's warm-up 2 pp - 1 - r > m; DualPipeV's
+    2 pp - r > m, the third), whether chunk 1's r + 1 is below m (else capped), and whether the
+    steady chunk-0 moment is missing (2 pp - r > m). On ranks that answer alike every moment's
+    count is linear in the rank, so their largest (a convex function of the rank) is the lowest's
+    or the highest's; at m >= 2 pp every rank answers alike (`memory._peak_candidates`)."""
+    return rank < 2 * pp - 1 - m, rank < m - 1, rank < 2 * pp - m
 
 
 def schedule_peak(
@@ -96,15 +134,18 @@ def schedule_peak(
     receives too); `held_messages`: and after each steady forward those
     `early_receives.held_counts` counts (the output being sent, the received input and gradient
     the next ops take, the last input gradient), in 1F1B too; with the layout's p2p overlap
-    (`Layout.overlap_p2p_comm`) and EP overlap as `early_receives` says."""
+    (`Layout.overlap_p2p_comm`) and EP overlap as `early_receives` says; none under torch's
+    `DEFERRED_W`, whose order is not Megatron's (torchtitan's messages: `fsdp2`)."""
     vpp = len(kept)
+    if name == DEFERRED_W:
+        message = 0.0
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
     if name in V_SCHEDULES and vpp == 2:
         return max(
             c0 * kept[0] + c1 * kept[1] for c0, c1 in v_in_flight(name, layout.pp, rank, max(m, 1))
         )
-    n_flight = in_flight(layout, rank, max(m, 1), group)
+    n_flight = in_flight(layout, rank, max(m, 1), group, name)
     pp, size = layout.pp, group_size(layout, group)
     overlap = layout.overlap_p2p_comm or vpp == 1  # (Megatron's; read with interleaving alone)
     extra = (
@@ -146,7 +187,8 @@ def one_period(
     multiple of g, the group), no early receive walked (rank 0's and the last rank's, at g > pp:
     `early_counts` is all 0 at g <= pp, as a receive's consumer comes g entries after the
     entry it was posted for, pp - 1 before its posting), and the steady state longer than one
-    period: m vpp - w >= g vpp + 2, w the warm-up, 2 (pp - rank - 1) + (vpp - 1) g. Then the
+    period: m vpp - w >= g vpp + 2, w the warm-up, 2 (pp - rank - 1) + (vpp - 1) g
+    (`DEFERRED_W`: the forwards held before its walk's first step, (vpp - 1) g + pp - 1). Then the
     warm-up is w, one period (g vpp + 1 steps) is walked, and what it reads is the table's
     first w + g vpp + 1 entries, the same for every m of whole groups, and the first g vpp + 1
     of `held_counts`, whose entry k reads the table's first w + k + 2 entries and whether
@@ -156,7 +198,8 @@ def one_period(
     pp, g = layout.pp, group_size(layout, group)
     if m % g or (message and rank in (0, pp - 1) and g > pp):
         return False
-    return m * vpp - (2 * (pp - rank - 1) + (vpp - 1) * g) >= g * vpp + 2
+    warm = pp - 1 if name == DEFERRED_W else 2 * (pp - rank - 1)
+    return m * vpp - (warm + (vpp - 1) * g) >= g * vpp + 2
 
 
 def _with_early(

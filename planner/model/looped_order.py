@@ -174,12 +174,13 @@ def looped_step(
 
 def looped_peak(name: str, pp: int, m: int, rank: int, kept: Sequence[float]) -> float:
     """The most activation bytes rank `rank` holds at once in `name`'s order, chunk c keeping
-    kept[c] per micro-batch from its forward until its backward (or input-gradient part)."""
+    kept[c] per micro-batch from its forward until its backward (or weight-gradient part W:
+    torch's I keeps them, `planner.model.in_flight`'s module docstring)."""
     held = peak = 0.0
     for kind, _, c in rank_order(name, pp, len(kept), m, rank):
         if kind == "F":
             held += kept[c]
             peak = max(peak, held)
-        elif kind in "BI":
+        elif kind in "BW":
             held -= kept[c]
     return peak

@@ -42,6 +42,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools, stage_activations, titan_accumulation
 from planner.model.bf16_layers import bf16_ranges
+from planner.model.in_flight import v_pieces
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.memory_report import MemoryReport, StageMemory, new_stage
 from planner.model.rank_states import rank_state, step_bytes
@@ -178,27 +179,37 @@ def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tup
     layers, or none), the lowest rank has the most micro-batches in flight and everything else
     equal; under the V placement (`Layout.v_stages`) rank r holds at its peak 2 pp - 1 - r
     of chunk 0 and r + 1 of chunk 1 or 2 pp - r and r (DualPipeV 2 pp - r and r + 1:
-    `in_flight.v_in_flight`, uncapped at m >= 2 pp), each linear in r and the second rank r's
-    the first of rank r - 1: the lowest or the highest. `ranks` is
-    `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
-    the split alone, remembered per both."""
+    `in_flight.v_in_flight`), each at most m: among ranks alike that lie on the same linear
+    piece of those counts (`in_flight.v_pieces`: at m >= 2 pp all of them) the lowest or the
+    highest. `ranks` is `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a
+    function of the model and the split alone, remembered per both (and per m under a V)."""
     make = lambda: _peak_ranks_of(job, layout, ranks)  # noqa: E731
     key = (layout.split_key(), job.quantised, job.bf16_layers_at_start, job.bf16_layers_at_end)
-    return _PEAK_RANKS.get(job.arch, key, make)
+    return _PEAK_RANKS.get(job.arch, (*key, _v_microbatches(job, layout)), make)
+
+
+def _v_microbatches(job: Job, layout: Layout) -> int:
+    """The micro-batches the V's counts read (`in_flight.v_pieces`), at most 2 pp (where every
+    rank lies on the same piece); 0 without the V placement."""
+    if not layout.v_stages:
+        return 0
+    return min(max(layout.num_microbatches(job.global_batch_size), 1), 2 * layout.pp)
 
 
 def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
     arch = job.arch
+    m = _v_microbatches(job, layout)
     mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
     seen: dict[tuple[object, ...], int] = {}
     highest: dict[tuple[object, ...], int] = {}
     for r, chunks in enumerate(ranks):
         shape = tuple(arch.kind_counts((c,)) for c in chunks)
         bf16 = bool(bf16_ranges(job, chunks))  # its activations counted at 16 bits
-        role = (shape, r == 0, r == layout.output_rank, r == mtp, bf16)
-        seen.setdefault(role, r)
-        if layout.v_stages:  # a V's chunk 1 holds r + 1 micro-batches: the highest rank too
+        role: tuple[object, ...] = (shape, r == 0, r == layout.output_rank, r == mtp, bf16)
+        if layout.v_stages:  # the highest rank of each piece of a V's counts too
+            role = (*role, v_pieces(layout.pp, r, m))
             highest[role] = r
+        seen.setdefault(role, r)
     return tuple(sorted({*seen.values(), *highest.values()}))
 
 
