@@ -154,9 +154,11 @@ def test_nemo_override_of_the_fusion_is_harmless() -> None:
     # NeMo builds TE's attention, which ignores Megatron's flag and reads
     # NVTE_MASKED_SOFTMAX_FUSION (TE d0067d0d dot_product_attention/softmax.py:264-266): listed
     # as ignored, not refused as a read flag it does not translate
-    assert nemo_keys.classify({"model.config.masked_softmax_fusion": False}, "x", []) == [
-        "model.config.masked_softmax_fusion"
-    ]
+    missing: list[str] = []
+    notes: list[str] = []
+    values = {"model.config.masked_softmax_fusion": False}
+    assert nemo_keys.classify(values, "x", missing, notes) == ["model.config.masked_softmax_fusion"]
+    assert missing == notes == []
 
 
 def test_the_local_kernel_needs_whole_blocks_of_batches() -> None:
