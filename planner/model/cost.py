@@ -15,7 +15,8 @@ limit (`dispatch.moe_dispatch`: NCCL all-to-all of t x top_k copies, DeepEP / Hy
 and GPU reached, all-gather), exposed, or with `ep_comm_overlap` hidden under the merged other
 micro-batch's compute where the schedule pairs them, taking `comms.sm_share` of the SMs from it
 (`stage_time.ep_exposed`); CPU offloading's host transfers beyond the next layer's forward and
-backward (`stage_offload.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
+backward, fine-grained offloading's reloads beyond the copies out and the backward of the layer
+after (`stage_offload.offload_exposed`); FP8 weights quantised once per step (in compute); PP one
 activation send forward and one gradient send backward per micro-batch (t x h values, /tp with SP:
 bf16, fp32 in fp32 training, `fp32.value_bytes`), on the critical path in 1F1B (blocking sends;
 one exchange a micro-batch on the first and last stages, two between: `_exchanges`; with the MTP
@@ -202,7 +203,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         mix, heads = rank_mix(job, lay, rank, chunks, lt)
         c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s = mix_sums(mix)
         ep_e, ep_h = ep_exposed(lay, rank, m, ep, c + rec, ep_share, ep_s)
-        off = offload_exposed(job, lay, chunks, lt)
+        off = offload_exposed(job, lay, rank, chunks, lt)
         wcast = sum(n * k.weight_cast for k, n in mix)
         c += heads * lt.out
         fwd += heads * lt.out / 3

@@ -32,9 +32,14 @@ guide shows a DGX A100's GPUs and NICs under shared switches (docs.nvidia.com/ai
 GPU0 and GPU1 on the same switch as NIC0 and NIC1 (PIX), GPU2 and GPU3 on the next
 (the-dsvolk.github.io ai-perf B200 explorer). Megatron-LM's functional test
 gpt3_moe_mcore_te_tp2_pp2_ep4_etp1_no_mtp_no_a2a_ovlp_fine_grained_offloading (fine-grained
-offload of seven module groups, 8 H100) measured 1.94 s per step: 0.94 s predicted with a whole
-PCIe 5 link per GPU, 1.83 s with half of one (benchmarks/fidelity.py --functional; its GB200 run,
-whose C2C transfers hide, is +31% apart from offloading). B300, L40S and the AMD boards keep a
+offload of seven module groups, 8 H100) measured 1.94 s per step, 0.55 s predicted without
+offloading (benchmarks/fidelity.py --functional; its GB200 run, whose C2C transfers hide, is +31%
+apart from offloading). Its copies outlast the compute (4 micro-batches, 27 ms a MoE layer one
+way against 14.5 ms of compute): with half a PCIe 5 link per GPU, 1.32 s predicted with each
+direction at that rate, 2.02 s with copies out and reloads sharing it, as
+`stage_offload.fine_offload_exposed` takes them (PCIe is full duplex on paper: the sharing is
+the measured behaviour; host memory bandwidth under eight GPUs copying both ways is not in any
+source read here). B300, L40S and the AMD boards keep a
 link of their own: no topology of theirs was read (B300's ConnectX-8 SuperNICs carry PCIe switches
 of their own, whose wiring to the host is not in any source read here)."""
 

@@ -384,16 +384,17 @@ def rank_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
     same functions on the same layer times (`variant_bound`'s terms)."""
     t = layout_times(job, layout)
     share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
+    ranks = layout.chunk_layers(job.arch.num_layers)
 
-    def mix(rank: int, chunks: Chunks) -> tuple[float, float, float, float, float, float]:
+    def mix(rank: int, chunks: Chunks) -> tuple[float, float, float, float, float]:
         mix, heads = rank_mix(job, layout, rank, chunks, t)
         c, _, _, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
-        off = offload_exposed(job, layout, chunks, t)
-        return c + heads * t.out + rec + tp + cp, c, rec, ep, ep_s, off
+        return c + heads * t.out + rec + tp + cp, c, rec, ep, ep_s
 
-    def stage(rank: int, sums: tuple[float, float, float, float, float, float]) -> float:
-        before, c, rec, ep, ep_s, off = sums
+    def stage(rank: int, sums: tuple[float, float, float, float, float]) -> float:
+        before, c, rec, ep, ep_s = sums
         ep_e, _ = ep_exposed(layout, rank, t.m, ep, c + rec, share, ep_s)
-        return before + ep_e + off
+        # the rank's own: fine-grained offloading's reloads read its place in the pipeline
+        return before + ep_e + offload_exposed(job, layout, rank, ranks[rank], t)
 
     return t.m, rank_values(job, layout, t, mix, stage)

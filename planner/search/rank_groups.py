@@ -50,8 +50,9 @@ def rank_values(
     """`value(rank, mix(rank, chunks))` of each pipeline rank, in rank order: `mix`, what the
     rank's value reads of its mix, computed once per group of ranks that run the same mix
     (`_rank_groups`); `value` once per group too, and repeated for the others, but with
-    Megatron's EP overlap, where a rank's value reads its rank beyond its mix (its unmerged
-    share, `stage_time.ep_exposed`), once per rank on its group's mix. The same list, bit for
+    Megatron's EP overlap or fine-grained offloading, where a rank's value reads its rank beyond
+    its mix (its unmerged share, `stage_time.ep_exposed`; its reloads' wait on the copies out,
+    `stage_offload.fine_offload_exposed`), once per rank on its group's mix. The same list, bit for
     bit, as one call of each per rank (tests/search/test_stage_rungs.py), so its max and its sum
     are too. With bf16 layers (where they fall in a rank's chunks) one call of each per rank."""
     chunks = lay.chunk_layers(job.arch.num_layers)
@@ -59,7 +60,7 @@ def rank_values(
         return [value(rank, mix(rank, c)) for rank, c in enumerate(chunks)]
     firsts, group = _rank_groups(job, lay, t, chunks)
     mixes = [mix(rank, chunks[rank]) for rank in firsts]
-    if lay.ep_comm_overlap:
+    if lay.ep_comm_overlap or lay.offload_modules:
         return [value(rank, mixes[g]) for rank, g in enumerate(group)]
     values = [value(rank, sums) for rank, sums in zip(firsts, mixes, strict=True)]
     return [values[g] for g in group]

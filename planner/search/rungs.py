@@ -45,7 +45,7 @@ from planner.inputs.layout import (
 )
 from planner.inputs.plan import Job
 from planner.model.job_memo import JobMemo, kept_hash
-from planner.search.rules import graphs, recompute_allows_overlap
+from planner.search.rules import fused_mlp, graphs, recompute_allows_overlap
 from planner.search.rules.dsa import up_proj_recompute_barred
 
 MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
@@ -191,17 +191,17 @@ def selective(job: Job) -> list[Rung]:
 def offloading(job: Job) -> list[Rung]:
     """Fine-grained activation offloading's rungs (Megatron --offload-modules), for MoE models
     (where NVIDIA's recipes use it; their dense recipes do not): each of `OFFLOAD_SETS` alone,
-    and the last with each recipe module set the model's rules allow (`OFFLOAD_WITH`). None
+    and the last with each recipe module set the model's rules allow (`OFFLOAD_WITH`), the
+    experts' modules as the fused grouped MLP's one group (`fused_mlp.fused_offload`). None
     with Megatron's own CUDA graphs, which capture only the expert modules (TransformerConfig),
     nor with torchtitan or PyTorch's per-op recompute."""
-    if not job.arch.is_moe or job.cuda_graphs or job.framework == "torchtitan":
-        return []
-    if job.selective_recompute == "per_op":
+    per_op = job.selective_recompute == "per_op"
+    if not job.arch.is_moe or job.cuda_graphs or job.framework == "torchtitan" or per_op:
         return []
     allowed = {r.modules for r in selective(job)}
-    most = OFFLOAD_SETS[-1]
-    return [Rung(offload_modules=m) for m in OFFLOAD_SETS] + [
-        Rung("selective", m, offload_modules=most) for m in OFFLOAD_WITH if m in allowed
+    sets = [fused_mlp.fused_offload(job, m) for m in OFFLOAD_SETS]
+    return [Rung(offload_modules=m) for m in sets] + [
+        Rung("selective", m, offload_modules=sets[-1]) for m in OFFLOAD_WITH if m in allowed
     ]
 
 

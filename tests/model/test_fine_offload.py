@@ -106,17 +106,23 @@ def test_one_stage_keeps_all_but_the_offloaded_bytes_plus_a_two_layer_window() -
 
 
 def test_transfers_show_only_beyond_the_layer() -> None:
-    # each layer's group goes out under its forward and back under its backward: exposed only
-    # where the one-way transfer outlasts them; bf16: core_attn's 20,480 bytes a token (as
-    # above), attn_proj's copy of the same output again, 8,192, and qkv_linear's 16,384
+    # each layer's groups go out on a side stream the forward never waits on and come back
+    # under the backward of the layer after; bf16: core_attn's 20,480 bytes a token (as above),
+    # attn_proj's copy of the same output again, 8,192, and qkv_linear's 16,384. One stage: the
+    # backward follows the forward at once (the last layer's groups stay on the GPU), the
+    # copies (longer than a forward, shorter than a backward) queue back to back: the 31st out
+    # at fwd + 31 x sec, back at fwd + 32 x sec, wanted at 32 fwd + bwd; the rest in time
+    # (tests/model/test_offload_streams.py)
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(dp=8, offload_modules=("core_attn", "attn_proj", "qkv_linear"))
     chunks = lay.chunk_layers(32)[0]
     t = stage_time.layout_times(j, lay)
     link = host_link.host_link_bandwidth(j)
     sec = (T * 2) * (20480 + 8192 + 16384) / link  # seq 8192 = 2 T tokens
-    want = 32 * (max(sec - t.dense.fwd, 0) + max(sec - t.dense.bwd, 0))
-    assert stage_offload.fine_offload_exposed(j, lay, chunks, t) == pytest.approx(want)
+    fwd, bwd = t.dense.fwd, t.dense.bwd
+    assert fwd < sec < bwd
+    want = 32 * sec - 31 * fwd - bwd
+    assert stage_offload.fine_offload_exposed(j, lay, 0, chunks, t) == pytest.approx(want)
 
 
 @pytest.mark.parametrize(
@@ -233,8 +239,8 @@ def test_an_offload_fraction_keeps_the_later_layers_groups() -> None:
     full = stage_offload.offload_one_way(j, lay, chunks, t)
     half = lay.with_(activation_offload_fraction=0.5)
     assert stage_offload.offload_one_way(j, half, chunks, t) == pytest.approx(full / 2)
-    shown = stage_offload.fine_offload_exposed(j, lay, chunks, t)
-    assert stage_offload.fine_offload_exposed(j, half, chunks, t) == pytest.approx(shown / 2)
+    shown = stage_offload.fine_offload_exposed(j, lay, 0, chunks, t)
+    assert stage_offload.fine_offload_exposed(j, half, 0, chunks, t) == pytest.approx(shown / 2)
 
 
 def test_the_fraction_on_a_command_line() -> None:

@@ -29,4 +29,4 @@ def test_block_recompute_moves_the_whole_layers_groups() -> None:
     # uniform recompute checkpoints every layer: nothing moves
     uniform = block.with_(recompute_method="uniform", recompute_num_layers=1)
     assert stage_offload.offload_one_way(j, uniform, chunks, t) == 0
-    assert stage_offload.fine_offload_exposed(j, uniform, chunks, t) == 0
+    assert stage_offload.fine_offload_exposed(j, uniform, 0, chunks, t) == 0

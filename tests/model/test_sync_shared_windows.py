@@ -120,12 +120,26 @@ def test_host_copies_run_under_the_waits_on_other_links() -> None:
     # forward 1, backward 2, TP 0.6 and CP 0.3 exposed: 0.9 split 1 : 2 -> (1.3, 2.6) on an
     # NVLink GPU; on a PCIe-only one the copies share the link they wait on: (1, 2)
     layer = Layer(fwd=1.0, bwd=2.0, tp=0.6, cp=0.3)
-    nv = parse_plan(copy.deepcopy(H100_16)).job
-    assert copy_windows(nv, layer) == pytest.approx((1.3, 2.6))
+    p = parse_plan(copy.deepcopy(H100_16))
+    nv, lay = p.job, p.layout
+    assert lay is not None
+    assert copy_windows(nv, lay, layer) == pytest.approx((1.3, 2.6))
     pcie = copy.deepcopy(H100_16)
     pcie["cluster"]["gpu"] = "l40s-48gb"
-    assert copy_windows(parse_plan(pcie).job, layer) == (1.0, 2.0)
-    assert copy_windows(nv, replace(layer, tp=0.0, cp=0.0)) == (1.0, 2.0)
+    assert copy_windows(parse_plan(pcie).job, lay, layer) == (1.0, 2.0)
+    assert copy_windows(nv, lay, replace(layer, tp=0.0, cp=0.0)) == (1.0, 2.0)
+
+
+def test_host_copies_run_under_the_recompute_and_the_exposed_all_to_all() -> None:
+    # the recompute runs inside the backward (0.5 more: 2.5), and an expert all-to-all none of
+    # which the shared experts hide (no EP overlap: all 0.6 exposed, as ep_exposed charges it;
+    # stage_sync.other_link_seconds counts it as window for DP): waits 0.9 + 0.6 = 1.5 split
+    # 1 : 2.5 -> (1 + 1.5 / 3.5, 2.5 + 1.5 x 2.5 / 3.5)
+    p = parse_plan(copy.deepcopy(H100_16))
+    assert p.layout is not None and not p.layout.ep_comm_overlap
+    layer = Layer(fwd=1.0, bwd=2.0, recompute=0.5, tp=0.6, cp=0.3, ep=0.6)
+    want = (1.0 + 1.5 / 3.5, 2.5 + 1.5 * 2.5 / 3.5)
+    assert copy_windows(p.job, p.layout, layer) == pytest.approx(want)
 
 
 TP_ON_DP_LINK = plan(

@@ -79,7 +79,8 @@ def test_variant_bound_below_every_variant(name: str) -> None:
 @pytest.mark.parametrize("name", [*NAMES, "deepseek-v3"])
 def test_rank_values_are_one_call_per_rank(name: str) -> None:
     """Grouped ranks give each rank's value bit for bit, whatever of its mix the value reads
-    (block recompute, fine-grained offloading, the MTP rank, bf16 layers, EP overlap)."""
+    (block recompute, fine-grained offloading, the MTP rank, bf16 layers, EP overlap), and
+    whatever of its rank (fine-grained offloading's waits read its place in the pipeline)."""
     job, space, bases = _cases(name, 10)
     for base in bases:
         for lay in _variants(job, space, base, 2):
@@ -90,13 +91,18 @@ def test_rank_values_are_one_call_per_rank(name: str) -> None:
             ) -> float:
                 mix, heads = rank_mix(job, lay, rank, chunks, t)
                 c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s = mix_sums(mix)
-                off = offload_exposed(job, lay, chunks, t)
-                terms = (c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s, off, heads * t.out)
+                terms = (c, fwd, bwd, rec, tp, tp_h, cp, cp_h, ep, ep_s, heads * t.out)
                 return sum(x * 3.0**i for i, x in enumerate(terms))
 
             ranks = list(enumerate(lay.chunk_layers(job.arch.num_layers)))
-            per_rank = [value(r, c) for r, c in ranks]
-            got = rank_groups.rank_values(job, lay, t, value, lambda rank, v: v)
+
+            def own(
+                rank: int, v: float, lay: Layout = lay, t: LayoutTimes = t, ranks: list = ranks
+            ) -> float:
+                return v + 3.0**11 * offload_exposed(job, lay, rank, ranks[rank][1], t)
+
+            per_rank = [own(r, value(r, c)) for r, c in ranks]
+            got = rank_groups.rank_values(job, lay, t, value, own)
             assert got == per_rank, lay.describe()
             # a value that reads the rank beyond its mix (the EP overlap's unmerged share)
             share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)

@@ -7,7 +7,7 @@ requires use_transformer_engine_op_fuser")."""
 
 from __future__ import annotations
 
-from planner.inputs.layout import Layout
+from planner.inputs.layout import Layout, OffloadModule
 from planner.inputs.plan import Job
 from planner.search.rules.base import Violation
 
@@ -48,6 +48,16 @@ def fused_mlp_etp(job: Job, lay: Layout) -> Violation | None:
             f"expert_tensor_parallel_size {lay.expert_tp}",
         )  # fmt: skip
     return None
+
+
+def fused_offload(job: Job, modules: tuple[OffloadModule, ...]) -> tuple[OffloadModule, ...]:
+    """`modules` as the experts' fused grouped MLP allows them (`fused_grouped_mlp`): expert_fc1
+    and moe_act as the one group it offloads whole, fused_group_mlp (what Megatron-Bridge's
+    Nemotron 3 Ultra recipes offload); `modules` themselves without it."""
+    kept = tuple(m for m in modules if m not in ("expert_fc1", "moe_act"))
+    if not job.moe_fused_grouped_mlp or len(kept) == len(modules):
+        return modules
+    return (*kept, "fused_group_mlp")
 
 
 RULES = (fused_mlp_etp, fused_grouped_mlp)
