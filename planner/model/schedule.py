@@ -142,7 +142,8 @@ def schedule_bubble(
         return v_bubble(name, stages, weights, m)
     if name == "1F1B" and m is not None:  # exact: a slow early stage's warm-up hides fill
         fwd, bwd = zip(*stages, strict=True)
-        # (at pp 1 the step is the steady state: exactly 0, not a rounding below it)
+        if len(stages) == 1:  # one stage: the step is the steady state, no fill or drain
+            return 0.0
         return max(one_f_one_b.step(fwd, bwd, m) - m * max(f + b for f, b in stages), 0.0)
     if m is not None and unfilled(name, len(stages), m):  # torch's order: no closed form
         fwd, bwd = zip(*stages, strict=True)

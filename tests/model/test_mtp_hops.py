@@ -20,7 +20,7 @@ from jobs import job
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import cost, embedding_grads, mtp_hops
+from planner.model import cost, embedding_grads, mtp_hops, pipeline_p2p
 
 # Llama 3.1 8B, one MTP depth, pp 3 on 3 H100 of one node: the MTP layer ends rank 1, the loss
 # alone on rank 2 (`mtp_standalone`); 8 sequences of 4096, mbs 1: m = 8
@@ -77,7 +77,7 @@ def test_interleaved_exposes_the_wide_hop_and_the_shape_swaps(
     j = _mtp_job()
     assert mtp_hops.standalone_rank(j, ALONE_V) == 1
     with_extra = cost.estimate(j, ALONE_V).breakdown.pp_comm_exposed
-    monkeypatch.setattr(cost, "interleaved_extra", lambda *a: 0.0)
+    monkeypatch.setattr(pipeline_p2p, "interleaved_extra", lambda *a: 0.0)
     without = cost.estimate(j, ALONE_V).breakdown.pp_comm_exposed
     extra = 2 * (P2P_2S - P2P_S) + 2 * 8 * 2 * SHAPE
     assert with_extra - without == pytest.approx(extra)
