@@ -19,7 +19,7 @@ from planner.cli.plot import BLUE, GREEN
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.performance import Performance
-from planner.model.schedule import WGRAD_SHARE
+from planner.model.schedule import WGRAD_SHARE, weight_grads
 from planner.model.stage_time import layout_times, mix_sums, rank_mix
 from planner.model.v_schedule import VOp, simulate_v, stage
 
@@ -68,7 +68,7 @@ def v_ops(job: Job, layout: Layout, perf: Performance, m: int, name: str) -> lis
     fwd = [f for f, _ in perf.stages]
     bwd = [b for _, b in perf.stages]
     rec = rank_recompute(job, layout)
-    wgt = [WGRAD_SHARE * max(b - r, 0.0) for b, r in zip(bwd, rec, strict=True)]
+    wgt = weight_grads(bwd, rec)
     return simulate_v(name, layout.pp, m, fwd, bwd, wgt, perf.p2p_hop)
 
 

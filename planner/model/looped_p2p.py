@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from planner.model.looped_order import looped_step
-from planner.model.schedule import WGRAD_SHARE
+from planner.model.schedule import weight_grads
 
 
 def looped_p2p_exposed(
@@ -28,6 +28,6 @@ def looped_p2p_exposed(
         return 0.0
     fwd = [f for f, _ in stages]
     bwd = [b for _, b in stages]
-    wgt = [WGRAD_SHARE * max(b - r, 0.0) for b, r in zip(bwd, recompute, strict=True)]
+    wgt = weight_grads(bwd, recompute)
     late = looped_step(name, vpp, m, fwd, bwd, wgt, hop)
     return max(late - looped_step(name, vpp, m, fwd, bwd, wgt), 0.0)

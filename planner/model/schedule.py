@@ -120,6 +120,11 @@ def schedule_name(job: Job, lay: Layout) -> str:
     return "1F1B" if lay.vpp == 1 else "Interleaved1F1B"
 
 
+def weight_grads(bwd: Sequence[float], recompute: Sequence[float]) -> list[float]:
+    """Each stage's weight-gradient part W: WGRAD_SHARE of its backward less its recompute."""
+    return [WGRAD_SHARE * max(b - r, 0.0) for b, r in zip(bwd, recompute, strict=True)]
+
+
 def schedule_bubble(
     name: str,
     stages: Sequence[tuple[float, float]],
@@ -135,15 +140,11 @@ def schedule_bubble(
     `one_f_one_b.step`, less its steady state m max_r t_r, and below pp micro-batches torch's
     Interleaved1F1B, InterleavedZeroBubble and LoopedBFS timed in their own order,
     `looped_order.looped_step`, less the same: no group fills the pipeline there)."""
-    weights = [
-        WGRAD_SHARE * max(bwd - rec, 0.0) for (_, bwd), rec in zip(stages, recompute, strict=True)
-    ]
+    weights = weight_grads([b for _, b in stages], recompute)
     if name in V_BUBBLES:
         return v_bubble(name, stages, weights, m)
-    if name == "1F1B" and m is not None:  # exact: a slow early stage's warm-up hides fill
-        fwd, bwd = zip(*stages, strict=True)
-        if len(stages) == 1:  # one stage: the step is the steady state, no fill or drain
-            return 0.0
+    if name == "1F1B" and m is not None and len(stages) > 1:  # exact: a slow early stage's
+        fwd, bwd = zip(*stages, strict=True)  # warm-up hides fill (one stage: none at all)
         return max(one_f_one_b.step(fwd, bwd, m) - m * max(f + b for f, b in stages), 0.0)
     if m is not None and unfilled(name, len(stages), m):  # torch's order: no closed form
         fwd, bwd = zip(*stages, strict=True)

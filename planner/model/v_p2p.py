@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from planner.model.schedule import WGRAD_SHARE
+from planner.model.schedule import weight_grads
 from planner.model.v_schedule import simulate_v
 
 
@@ -29,7 +29,7 @@ def v_p2p_exposed(
         return 0.0
     fwd = [f for f, _ in stages]
     bwd = [b for _, b in stages]
-    wgt = [WGRAD_SHARE * max(b - r, 0.0) for b, r in zip(bwd, recompute, strict=True)]
+    wgt = weight_grads(bwd, recompute)
 
     def step(p2p: float) -> float:
         ops = simulate_v(name, len(stages), m, fwd, bwd, wgt, p2p)
