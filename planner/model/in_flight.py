@@ -47,6 +47,7 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.model.early_receives import early_counts, held_counts
+from planner.model.looped_order import deferred_peak
 from planner.model.megatron_order import table_chunks, warmup
 
 
@@ -119,6 +120,7 @@ def schedule_peak(
     group: int | None = None,
     message: float = 0.0,
     held_messages: bool = False,
+    pending: tuple[float, ...] = (),
 ) -> float:
     """The most activation bytes rank `rank` holds at once, chunk c keeping kept[c] per
     micro-batch: its warm-up forwards, then one forward and one backward at a time (Megatron's
@@ -135,9 +137,13 @@ def schedule_peak(
     `early_receives.held_counts` counts (the output being sent, the received input and gradient
     the next ops take, the last input gradient), in 1F1B too; with the layout's p2p overlap
     (`Layout.overlap_p2p_comm`) and EP overlap as `early_receives` says; none under torch's
-    `DEFERRED_W`, whose order is not Megatron's (torchtitan's messages: `fsdp2`)."""
+    `DEFERRED_W`, whose order is not Megatron's (torchtitan's messages: `fsdp2`), which with
+    `pending` (each chunk's bytes a pending W keeps, `planner.model.pending_w`) walks torch's
+    order (`looped_order.deferred_peak`)."""
     vpp = len(kept)
     if name == DEFERRED_W:
+        if any(pending):
+            return deferred_peak(layout.pp, max(m, 1), rank, kept, pending)
         message = 0.0
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)

@@ -184,3 +184,21 @@ def looped_peak(name: str, pp: int, m: int, rank: int, kept: Sequence[float]) ->
         elif kind in "BW":
             held -= kept[c]
     return peak
+
+
+def deferred_peak(
+    pp: int, m: int, rank: int, kept: Sequence[float], pending: Sequence[float]
+) -> float:
+    """The most bytes rank `rank` holds at once in InterleavedZeroBubble's order: chunk c's
+    micro-batch keeping kept[c] from its forward until its W and pending[c] more from its I until
+    its W (`planner.model.pending_w`: the output gradients its W reads)."""
+    held = peak = 0.0
+    for kind, _, c in rank_order("InterleavedZeroBubble", pp, len(kept), m, rank):
+        if kind == "F":
+            held += kept[c]
+        elif kind == "I":
+            held += pending[c]
+        else:
+            held -= kept[c] + pending[c]
+        peak = max(peak, held)
+    return peak

@@ -22,7 +22,7 @@ from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
 from planner.model.fine_offload import moved, offloading_totals, window_bytes
 from planner.model.fp32 import pipeline_message_bytes
-from planner.model.in_flight import group_size, one_period, schedule_peak
+from planner.model.in_flight import DEFERRED_W, group_size, one_period, schedule_peak
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import (
     PerLayer,
@@ -42,6 +42,7 @@ from planner.model.mixer_working import mixer_working
 from planner.model.moe_working import moe_working
 from planner.model.mtp_activations import mtp_kept, mtp_loss_kept
 from planner.model.mtp_precision import mtp_quantised
+from planner.model.pending_w import chunk_pending
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.selective_working import rebuilt_bytes
 from planner.model.shard import Shard
@@ -77,17 +78,20 @@ def _peak(
     name: str,
     group: int | None,
     message: float = 0.0,
+    pending: tuple[float, ...] = (),
 ) -> float:
     # every m of one period's walk alike (`in_flight.one_period`): one key for all of them
-    at = 0 if one_period(len(kept), layout, rank, m, name, group, message) else m
+    at = 0 if one_period(len(kept), layout, rank, m, name, group, message) and not pending else m
     overlaps = (layout.overlap_p2p_comm, layout.ep_comm_overlap)  # held_counts reads them too
     size = group_size(layout, group)
-    key = (kept, layout.pp, layout.vpp, size, rank, at, name, message, overlaps)
+    key = (kept, layout.pp, layout.vpp, size, rank, at, name, message, overlaps, pending)
     peak = _PEAKS.get(key)
     if peak is None:
         if len(_PEAKS) >= 1 << 16:
             _PEAKS.clear()
-        peak = _PEAKS[key] = schedule_peak(kept, layout, rank, m, name, group, message, True)
+        peak = _PEAKS[key] = schedule_peak(
+            kept, layout, rank, m, name, group, message, True, pending
+        )
     return peak
 
 
@@ -146,6 +150,8 @@ class Parts(NamedTuple):
     """The CP exchange's buffers (None: no CP attention on the rank)."""
     last: bool
     vocab: int
+    pending: tuple[float, ...] = ()
+    """What a pending W keeps per chunk (`pending_w`) under torch's split backward; () else."""
 
 
 def activation_parts(
@@ -239,6 +245,17 @@ def activation_parts(
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         te = job.framework != "torchtitan"  # Transformer Engine's exchanges
         cp_bytes = cp_time.exchange_bytes(arch, layout, sh.tokens, te)
+    pending: tuple[float, ...] = ()
+    if layout.pp > 1 and schedule_name(job, layout) == DEFERRED_W:
+        v = len(chunks)
+        pending = chunk_pending(
+            arch,
+            layout,
+            sh,
+            [arch.kind_counts((c,)) for c in chunks],
+            [rank == 0 and c == 0 for c in range(v)],
+            [last and c == v - 1 for c in range(v)],
+        )
     return Parts(
         kept=tuple(kept),
         message=message,
@@ -253,6 +270,7 @@ def activation_parts(
         cp_bytes=cp_bytes,
         last=last,
         vocab=vocab,
+        pending=pending,
     )
 
 
@@ -329,7 +347,7 @@ def peak_bytes(
             layout.pp, layout.vpp, rank, m, group_size(layout, group)
         )
     name = schedule_name(job, layout)
-    stored = _peak(parts.kept, layout, rank, m, name, group, parts.message)
+    stored = _peak(parts.kept, layout, rank, m, name, group, parts.message, parts.pending)
     working = parts.working
     if parts.moe is not None:
         moe = moe_working(arch, sh, layout, per.full)
