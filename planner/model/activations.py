@@ -25,7 +25,9 @@ safe side.
 
 FP8 (Transformer Engine): a linear layer saves its input cast to 8 bits (the norm output, fc2's
 input: 1 byte instead of 2); the attention output stays in 16 bits for flash attention's backward
-and the output projection saves an 8-bit copy beside it.
+and the output projection saves an 8-bit copy beside it under delayed scaling, the 16-bit output
+itself under the other recipes and NVFP4 (`Shard.proj_keeps_original`). FP8 attention keeps Q,
+K, V in 8 bits (`qkv_bytes`), and its output too under delayed scaling (`_attention_out`).
 
 Megatron's selective recompute (TransformerConfig.recompute_modules, transformer_layer.py,
 attention.py, multi_latent_attention.py, mlp.py, and the MoE layer and experts modules) drops:
@@ -74,25 +76,59 @@ from planner.model.shard import (
     split,
 )
 
+MXFP8_ATTENTION_QKV_BYTES = 2 * (1.0 + 1.0 / 32)
+"""Bytes per element the fused MXFP8 attention keeps of Q, K and V: both copies, row-wise and
+column-wise (Transformer Engine d0067d0d dot_product_attention/utils.py:2720-2721 asks its QKV
+quantiser for both; `combine_and_quantize` trims them only for a forward-only or a
+backward-only use, :3059-3072, and FusedAttnFunc asks for both, backends.py:1478-1484), each
+with one E8M0 scale per 32 values (tensor/mxfp8_tensor.py `get_scale_shape`): 2 + 2/32, more than
+bf16's 2. Delayed and current scaling keep one 8-bit copy with a per-tensor scale: 1."""
+
+
+def qkv_bytes(sh: Shard) -> float:
+    """Bytes per element the attention keeps of Q, K and V: the fused FP8 attention's
+    (`Shard.attention_fp8`, `MXFP8_ATTENTION_QKV_BYTES`), but with the core_attn module
+    recomputed, whose checkpoint keeps its 16-bit inputs (`word`)."""
+    if not sh.attention_fp8 or sh.drops("core_attn"):
+        return word(sh)
+    return MXFP8_ATTENTION_QKV_BYTES if sh.attention_fp8 == "mxfp8" else 1.0
+
+
+def _proj_input(nbytes: float, sh: Shard) -> float:
+    """What the output projection keeps of its input, nbytes in 16 bits: a quantised copy
+    (`linear_in`), or the 16-bit input itself under `Shard.proj_keeps_original`; none when its
+    weight is frozen (Transformer Engine saves the input only when backward_needs_input,
+    d0067d0d linear.py:619-621)."""
+    if sh.proj_keeps_original and not sh.frozen:
+        return nbytes
+    return linear_in(nbytes, sh)
+
 
 def _attention_out(nbytes: float, sh: Shard, gated: bool = False) -> float:
-    """The attention output: flash attention keeps it in 16 bits, the output projection a
-    quantised copy under FP8 / NVFP4; without flash only the projection keeps it, and so with
-    the core_attn module recomputed (its checkpoint keeps the inputs, q, k and v, not what the
-    kernel saved: in bf16 the same tensor as the projection's input, so nothing is saved then;
-    Megatron-LM d98e8a64 TransformerConfig warns it is not needed for fused attention). With
-    the output gate (`ModelArch.attention_output_gate`; attention.py `_apply_output_gate`,
-    compiled) the gating keeps the output and its gate (a contiguous copy of the projection's
-    gate slice), and the projection its own gated input. Under TE's all-to-all context
-    parallelism the kernel's own 16-bit output too (`Shard.cp_out_part`), but not where the core
-    attention is recomputed (its checkpoint saves nothing of that function)."""
+    """The attention output: flash attention keeps it in 16 bits (8 under the delayed FP8
+    attention, which saves its FP8 output, Transformer Engine d0067d0d backends.py:1586-1587,
+    and hands the projection a dequantised copy, :1557-1559), the output projection what
+    `_proj_input` says; the same tensor where both keep the kernel's 16-bit output (bf16, or
+    `Shard.proj_keeps_original`), counted once. Without flash only the projection keeps it, and
+    so with the core_attn module recomputed (its checkpoint keeps the inputs, q, k and v, not
+    what the kernel saved; Megatron-LM d98e8a64 TransformerConfig warns it is not needed for
+    fused attention). With the output gate (`ModelArch.attention_output_gate`; attention.py
+    `_apply_output_gate`, compiled) the gating keeps the output and its gate (a contiguous copy
+    of the projection's gate slice), and the projection its own gated input. Under TE's
+    all-to-all context parallelism the kernel keeps its own output, head-sharded, and hands the
+    projection the new tensor the all-to-all returns (`Shard.cp_out_part`), but not where the
+    core attention is recomputed (its checkpoint saves nothing of that function)."""
     kernel = sh.flash_attention and not sh.drops("core_attn")
-    out_part = nbytes if kernel and sh.cp_out_part else 0.0
-    if gated:
-        return 2 * widen(nbytes, sh) + linear_in(nbytes, sh) + out_part
+    proj = _proj_input(nbytes, sh)
     if not kernel:
-        return linear_in(nbytes, sh)
-    return nbytes + (linear_in(nbytes, sh) if sh.quantised else 0.0) + out_part
+        return 2 * widen(nbytes, sh) + proj if gated else proj
+    kept = nbytes / 2 if sh.attention_fp8 == "delayed" else nbytes
+    shared = not sh.cp_out_part and sh.attention_fp8 != "delayed"
+    if gated:
+        return 2 * widen(nbytes, sh) + proj + (0.0 if shared else kept)
+    if shared and (sh.proj_keeps_original or not sh.quantised):
+        return kept
+    return kept + proj
 
 
 def attention_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -105,7 +141,7 @@ def attention_bytes(arch: ModelArch, sh: Shard) -> float:
     a, d, g = arch.num_attention_heads, arch.head_dim, arch.query_groups
     rep = norm_in(T, h, sh) + linear_in(BF16 * T * h, sh) + masks(T, h, sh)
     out = _attention_out(BF16 * T * a * d, sh, arch.attention_output_gate)
-    part = word(sh) * T * (a + 2 * g) * d + out + scores(arch, sh) + _qk_norm_bytes(arch, sh)
+    part = qkv_bytes(sh) * T * (a + 2 * g) * d + out + scores(arch, sh) + _qk_norm_bytes(arch, sh)
     part += _sink_rescale_bytes(arch, sh)
     return split(rep, part, sh) + _gathered_input_extra(T, h, sh)
 
@@ -191,7 +227,7 @@ def _mla_bytes(arch: ModelArch, sh: Shard) -> float:
         rep += linear_in(BF16 * T * (r_q + r_kv), sh)  # their norms' outputs, the up-projections'
     part = _attention_out(BF16 * T * a * dv, sh) + scores(arch, sh)
     if not sh.drops("mla_up_proj"):
-        part += word(sh) * T * a * (2 * (dqk + drope) + dv)
+        part += qkv_bytes(sh) * T * a * (2 * (dqk + drope) + dv)
     return split(rep, part, sh)
 
 

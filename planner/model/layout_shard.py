@@ -11,7 +11,7 @@ from planner.inputs.plan import Job
 from planner.model import dsa, fp32, routing_load
 from planner.model.graph_capture import keeps_pre_moe_norm
 from planner.model.router_dtype import cast_bytes
-from planner.model.shard import Shard, linear_input_bytes
+from planner.model.shard import AttentionFp8, Shard, linear_input_bytes
 
 FUSED_HEAD_DIM_MULTIPLE = 8
 """Transformer Engine runs its fused attention (cuDNN) and FlashAttention only on head dimensions
@@ -64,6 +64,30 @@ remembers one shard for the layouts that differ only in those (DeepSeek-V3 on 2,
 shards for the 2,214 layouts its search asks; tests/model/test_shard_memo.py builds them afresh)."""
 
 
+FP8_ATTENTION_KINDS: dict[str, AttentionFp8] = {
+    "delayed": "delayed",
+    "tensorwise": "current",
+    "mxfp8": "mxfp8",
+}
+"""How each FP8 recipe's fused attention keeps Q, K and V (`Shard.attention_fp8`): Megatron-LM
+d98e8a64 hands fp8_dpa to the delayed (TEDelayedScaling, extensions/transformer_engine.py:3350),
+tensorwise (Float8CurrentScaling, fp8_utils.py:777-780) and MXFP8 (:785-788) recipes; blockwise
+is refused (`precision_checks`). NVFP4 is left at 16 bits: Transformer Engine d0067d0d turns its
+fused attention off for an NVFP4 recipe (dot_product_attention/utils.py:721-723) unless
+NVTE_DPA_FP8_RECIPE names another."""
+
+
+def attention_fp8(job: Job, layout: Layout) -> AttentionFp8:
+    """`Shard.attention_fp8` of a job: its recipe's (`FP8_ATTENTION_KINDS`) where the fused
+    attention runs in FP8, without context parallelism or with its all-to-all exchange
+    (AttnFuncWithCPAndQKVOA2A saves what FusedAttnFunc does, context_parallel.py:4540-4553;
+    the other exchanges keep other mixes, left at 16 bits), not DeepSeek sparse attention's."""
+    cp_like_none = layout.cp == 1 or layout.cp_comm_type == "a2a"
+    if not (job.attention_in_fp8 and cp_like_none) or job.arch.has_dsa or job.precision != "fp8":
+        return ""
+    return FP8_ATTENTION_KINDS.get(job.fp8_recipe, "")
+
+
 def make_shard(job: Job, layout: Layout) -> Shard:
     """How a layout splits one layer's activations (`planner.model.shard.Shard`), built
     (`stage_activations.shard` remembers it)."""
@@ -102,6 +126,10 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         shared_keeps_original=job.framework == "megatron"
         and quantised
         and job.quant_recipe != "delayed",
+        proj_keeps_original=job.framework == "megatron"
+        and quantised
+        and job.quant_recipe != "delayed",
+        attention_fp8=attention_fp8(job, layout),
         cp_out_part=layout.cp > 1
         and layout.cp_comm_type == "a2a"
         and job.framework == "megatron"

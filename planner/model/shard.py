@@ -64,6 +64,9 @@ takes the expected busiest rank instead, which depends on the expert-parallel si
 per rank and is this value at DeepSeek-V3's 32 ranks of 8 experts
 (`routing_load.learned_routing_load`)."""
 
+AttentionFp8 = Literal["", "delayed", "current", "mxfp8"]
+"""How the fused FP8 attention quantises Q, K and V (`Shard.attention_fp8`; "": not in FP8)."""
+
 SELECTIVE_DEFAULT: frozenset[str] = frozenset({"core_attn"})
 """Megatron's --recompute-modules when none are given (TransformerConfig, TC:1940-1941)."""
 
@@ -126,6 +129,19 @@ class Shard:
     save_original_input on it under an FP8 recipe other than delayed scaling, and under NVFP4,
     unless selective recompute checkpoints the shared experts (shared_experts.py d98e8a64: the
     router already keeps that input)."""
+    proj_keeps_original: bool = False
+    """The attention's output projection saves its 16-bit input, not a quantised copy: Megatron
+    sets save_original_input on it under an FP8 recipe other than delayed scaling and under NVFP4
+    (attention.py d98e8a64 :428-444; multi_latent_attention.py :235-251, absorbed_mla.py
+    :247-263), which Transformer Engine keeps where the quantiser rebuilds its copy from the
+    input alike (d0067d0d module/linear.py:296-334, module/_common.py:58-67: current scaling,
+    blockwise, MXFP8, NVFP4 without stochastic rounding on the input) and saves that input
+    (linear.py:597-598, :621): `activations._attention_out`."""
+    attention_fp8: AttentionFp8 = ""
+    """The fused attention runs in FP8 (`Job.attention_in_fp8`) and keeps its operands as
+    Transformer Engine's FusedAttnFunc saves them (d0067d0d dot_product_attention/backends.py
+    :1582-1587): "delayed" and "current" scaling 8-bit Q, K, V; "mxfp8" theirs with block scales;
+    "" the 16-bit ones (`activations.qkv_bytes`, `activations._attention_out`)."""
     cp_out_part: bool = False
     """Transformer Engine's all-to-all context parallelism (Megatron --cp-comm-type a2a,
     AttnFuncWithCPAndQKVOA2A) saves the head-sharded output before the return all-to-all,

@@ -45,7 +45,7 @@ from planner.inputs.layout import (
 )
 from planner.inputs.plan import Job
 from planner.model.job_memo import JobMemo, kept_hash
-from planner.search.rules import fused_mlp, graphs, recompute_allows_overlap
+from planner.search.rules import fused_mlp, graphs, recompute_allows_overlap, save_original
 from planner.search.rules.dsa import up_proj_recompute_barred
 
 MODULE_SETS: tuple[tuple[RecomputeModule, ...], ...] = (
@@ -190,16 +190,16 @@ def selective(job: Job) -> list[Rung]:
 
 def offloading(job: Job) -> list[Rung]:
     """Fine-grained activation offloading's rungs (Megatron --offload-modules), for MoE models
-    (where NVIDIA's recipes use it; their dense recipes do not): each of `OFFLOAD_SETS` alone,
-    and the last with each recipe module set the model's rules allow (`OFFLOAD_WITH`), the
-    experts' modules as the fused grouped MLP's one group (`fused_mlp.fused_offload`). None
-    with Megatron's own CUDA graphs, which capture only the expert modules (TransformerConfig),
-    nor with torchtitan or PyTorch's per-op recompute."""
+    (where NVIDIA's recipes use it; their dense recipes do not): each of `OFFLOAD_SETS` that runs
+    (`rules.save_original`) alone, and the last with each recipe module set the model's rules
+    allow (`OFFLOAD_WITH`), the experts' modules as the fused grouped MLP's one group
+    (`fused_mlp.fused_offload`). None with Megatron's own CUDA graphs, which capture only the
+    expert modules (TransformerConfig), nor with torchtitan or PyTorch's per-op recompute."""
     per_op = job.selective_recompute == "per_op"
     if not job.arch.is_moe or job.cuda_graphs or job.framework == "torchtitan" or per_op:
         return []
     allowed = {r.modules for r in selective(job)}
-    sets = [fused_mlp.fused_offload(job, m) for m in OFFLOAD_SETS]
+    sets = [fused_mlp.fused_offload(job, m) for m in OFFLOAD_SETS if save_original.runs(job, m)]
     return [Rung(offload_modules=m) for m in sets] + [
         Rung("selective", m, offload_modules=sets[-1]) for m in OFFLOAD_WITH if m in allowed
     ]

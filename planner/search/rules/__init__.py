@@ -8,7 +8,8 @@ Muon and the CPU-offloaded optimizer; `fused_mlp` those of the experts' fused gr
 `shared_overlap` those of the shared experts' overlap; `selective_policy` that Megatron-LM's
 selective recompute has no per-op policy; `p2p_overlap` the interleaved
 schedule's without its p2p overlap; `flex_settings` the flex dispatcher's SM
-count, HybridEP's budget and the paged stash; `hybrid` those of a hybrid Mamba stack; `gdn` those
+count, HybridEP's budget and the paged stash; `save_original` where Transformer Engine refuses
+Megatron's save_original_input; `hybrid` those of a hybrid Mamba stack; `gdn` those
 of gated delta nets; `dsa` those of DeepSeek sparse attention;
 `torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs every
 rule (the search uses it to prune and to count rejections per rule); `check_plan` turns a plan's
@@ -71,6 +72,7 @@ from planner.search.rules.pools import pools
 from planner.search.rules.precision import RULES as PRECISION_RULES
 from planner.search.rules.precision import bf16_values, tp_overlap_runs
 from planner.search.rules.rank_order import tp_pp_dp_order
+from planner.search.rules.save_original import RULES as SAVE_ORIGINAL_RULES
 from planner.search.rules.selective_policy import per_op as per_op_selective
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
@@ -139,6 +141,7 @@ RULES: tuple[Rule, ...] = (
     *GDN_RULES,
     *DSA_RULES,
     *PRECISION_RULES,
+    *SAVE_ORIGINAL_RULES,
     batch,
     positions,
 )
