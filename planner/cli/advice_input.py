@@ -5,8 +5,10 @@ line, a functional test's YAML, a NeMo line or a torchtitan TOML, each change is
 the edits of that input (`planner.inputs.line_edits.Edit`), and kept as said only where the
 input so edited, read again as `check` reads it, runs the change: the same global batch, the
 same memory verdict, the peak within `PEAK_TOLERANCE` and the step within `STEP_TOLERANCE`. A
-change that fails that round trip is said "(plan file only)" and is not counted as making this
-input fit (`planner.cli.render.print_changes` lists it apart).
+change that fails that round trip gives way to the setting's next value that holds (up to
+`TRIES` values of a setting, in the advice's order: `advice.memory_choices`); where none holds,
+the first is said "(plan file only)" and is not counted as making this input fit
+(`planner.cli.render.print_changes` lists it apart).
 
 The edits come from planner's own writing of the job (`planner.cli.input_edits`); each
 edit set is tried first without its removals (the plainest that holds is said).
@@ -32,7 +34,7 @@ from planner.inputs.megatron_line import flags_of
 from planner.inputs.plan import Job, Plan, parse_plan
 from planner.inputs.plan_writer import toml_value
 from planner.model import cost, host_memory, memory
-from planner.search.advice import Change
+from planner.search.advice import Change, by_cost
 from planner.search.rules import check_plan
 
 PEAK_TOLERANCE = 0.05 * 2**30
@@ -41,6 +43,8 @@ STEP_TOLERANCE = 0.005
 """The re-read step time's allowed relative difference (0.5%: below what check's figures
 show to three digits)."""
 PLAN_ONLY = "plan file only"
+TRIES = 3
+"""Values of one setting tried on the input, best first, before it is said plan file only."""
 
 
 @dataclass(frozen=True)
@@ -120,11 +124,34 @@ def titan_source(
     return Source("toml", plan, headroom, reread, input_edits.flat(doc))
 
 
-def say_all(source: Source | None, changes: list[Change]) -> dict[int, Said]:
-    """Each change as the input says it (by `id`), or nothing for a plan file."""
+def say_all(
+    source: Source | None,
+    choices: list[list[Change]],
+    step: Callable[[Job, Layout], float] | None = None,
+) -> tuple[list[Change], dict[int, Said]]:
+    """The change listed for each setting and each as the input says it (by `id`; nothing for
+    a plan file). `choices`: each setting's changes, best first (`advice.memory_choices`); the
+    first is listed unless it fails the round trip and one of the next (`TRIES` in all) holds,
+    which is listed in its place (the list ordered again by `advice.by_cost`, with `step` the
+    cost check orders by)."""
     if source is None:
-        return {}
-    return {id(c): say(source, c) for c in changes}
+        return [ranked[0] for ranked in choices], {}
+    listed, said = [], {}
+    for ranked in choices:
+        first = say(source, ranked[0])
+        pick, how = ranked[0], first
+        tried = []
+        for other in ranked[1:TRIES] if not first.verified else ():
+            back = say(source, other)
+            if back.verified:
+                pick, how = other, back
+                break
+            tried.append(other.describe())
+        if not how.verified and tried:
+            how = replace(how, text=f"{how.text}; tried next, not said either: {', '.join(tried)}")
+        listed.append(pick)
+        said[id(pick)] = how
+    return by_cost(source.plan.job, listed, step), said
 
 
 def json_keys(said: Said | None) -> dict[str, Any]:

@@ -236,12 +236,12 @@ def check(
     def step_time(run: Job, lay: Layout) -> float:
         return cost.estimate(run, lay).step_time_s
 
-    changes = []
+    choices: list[list[advice.Change]] = []  # each setting's, best first (`advice_input`)
     if not rep.fits:
-        changes = advice.memory_changes(job, layout, headroom, step_time)
+        choices = advice.memory_choices(job, layout, headroom, step_time)
     elif not host.fits:
-        changes = host_advice.host_changes(job, layout, headroom, step_time)
-    said = advice_input.say_all(source, changes)
+        choices = [[c] for c in host_advice.host_changes(job, layout, headroom, step_time)]
+    changes, said = advice_input.say_all(source, choices, step_time)
     if as_json:
         perf = cost.estimate(job, layout)
         issue = switch_notes.host_seconds(job, layout)

@@ -240,14 +240,19 @@ TRUE_WORDS = ("true", "yes", "on")
 FALSE_WORDS = ("false", "no", "off")
 """NeMo-Run's booleans (NVIDIA/NeMo-Run cli_parser.py TypeParser.parse_bool: 1 and 0 too, read
 here as the numbers, which `NemoLine.flag` takes as True and False where a switch is read)."""
+NONE_WORDS = ("none", "null")
+"""NeMo-Run's None, in any case, for an Optional field (cli_parser.py:929-930, parse_union)."""
 
 
 def value_of(text: str) -> Any:
-    """A NeMo-Run CLI value: int, float, bool, None, else the text (quotes stripped)."""
+    """A NeMo-Run CLI value: int, float, bool, None, else the text (quotes stripped). Double
+    quotes come off first, as NeMo-Run strips them before any typed parser (NVIDIA/NeMo-Run
+    0c491271 cli_parser.py:739): `"none"` is None there, `'none'` the text none."""
+    text = text.strip('"')
     low = text.lower()
     if low in TRUE_WORDS or low in FALSE_WORDS:
         return low in TRUE_WORDS
-    if low in ("none", "null"):
+    if low in NONE_WORDS:
         return None
     if text.startswith("[") and text.endswith("]"):  # NeMo-Run's lists (parse_list)
         return [value_of(w.strip()) for w in text[1:-1].split(",") if w.strip()]

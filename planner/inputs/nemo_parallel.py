@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from planner.inputs.errors import InputError
-from planner.inputs.nemo_keys import PARALLEL, PARALLEL_SWITCHES, NemoLine
+from planner.inputs.nemo_keys import NONE_WORDS, PARALLEL, PARALLEL_SWITCHES, NemoLine
 from planner.inputs.nemo_recipes import Recipe
 
 DEGREES = frozenset({"tp", "pp", "vpp", "cp", "ep", "etp", "micro_batch_size"})
@@ -53,10 +53,44 @@ def parallel_table(line: NemoLine, recipe: Recipe, notes: list[str]) -> dict[str
     distributed = line.flag("optim.config.use_distributed_optimizer", True)
     out["zero_stage"] = 1 if distributed else 0
     tp_comm_overlap(line)
+    recompute_choices(line)
     full_recompute(line, out)
     cpu_offloading(line, out, notes)
     p2p_overlap(line, out)
     return out
+
+
+RECOMPUTE_CHOICES = {
+    "model.config.recompute_granularity": ("full", "selective"),  # transformer_config.py:532
+    "model.config.recompute_method": ("uniform", "block"),  # transformer_config.py:543
+}
+"""TransformerConfig's Optional[Literal[...]] recompute fields (Megatron-LM d98e8a64) and their
+choices."""
+
+
+def recompute_choices(line: NemoLine) -> None:
+    """The recompute granularity and method as NeMo-Run parses them for TransformerConfig's
+    Optional[Literal] fields (NVIDIA/NeMo-Run 0c491271 cli_parser.py; NeMo 8cfedd72 passes the
+    config on as parsed): a bare none or null, any case, is None (parse_union :929-930), no
+    recompute where the recipe sets none (no recipe planner reads does: `nemo_recipes`); a
+    choice, quoted or not, is itself (parse_literal :991-997); any other value NeMo-Run refuses
+    (LiteralParseError :998-1002), and a string outside the choices would make Megatron-Core's
+    TransformerConfig raise (transformer_config.py:1901-1906; the method's :1908-1912, with a
+    granularity). A quoted 'none' is such a value: `value_of` reads it as the text none, which
+    the plan would take for no recompute."""
+    for key, choices in RECOMPUTE_CHOICES.items():
+        value = line.get(key)
+        if key in line.values and value is not None and value not in choices:
+            quoted = (
+                "a quoted none is that text, not None: " if str(value).lower() in NONE_WORDS else ""
+            )
+            raise line.fail(
+                key,
+                f"{quoted}expected {' or '.join(choices)}, or a bare none / null for None: "
+                "NeMo-Run parses TransformerConfig's Optional[Literal] so and refuses any other "
+                "value (cli_parser.py:929-930, :991-1002 @NeMo-Run 0c491271), and Megatron-Core "
+                "raises on a string outside them (transformer_config.py:1901-1912 @d98e8a64)",
+            )
 
 
 def full_recompute(line: NemoLine, out: dict[str, Any]) -> None:

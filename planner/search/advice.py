@@ -275,22 +275,36 @@ def by_cost(
     return sorted(changes, key=key)
 
 
-def cheapest_each(
+def ranked_each(
     job: Job,
     changes: list[Change],
     cost: Callable[[Job, Layout], float] | None,
     knob: Callable[[Change], object],
-) -> list[Change]:
-    """One change per `knob` (a setting, or a pair of them): the cheapest that fits
-    (`by_cost`), else the one that saves most; in the order the knobs first come."""
+) -> list[list[Change]]:
+    """Each `knob`'s changes (a setting, or a pair of them), best first: those that fit, cheapest
+    first (`by_cost`), else (none fits) by saving, the largest first; the knobs in the order
+    they first come."""
     groups: dict[object, list[Change]] = {}
     for c in changes:
         groups.setdefault(knob(c), []).append(c)
     out = []
     for group in groups.values():
         fitting = [c for c in group if c.fits]
-        out.append(by_cost(job, fitting, cost)[0] if fitting else max(group, key=lambda c: c.saves))
+        out.append(
+            by_cost(job, fitting, cost) if fitting else sorted(group, key=lambda c: -c.saves)
+        )
     return out
+
+
+def cheapest_each(
+    job: Job,
+    changes: list[Change],
+    cost: Callable[[Job, Layout], float] | None,
+    knob: Callable[[Change], object],
+) -> list[Change]:
+    """One change per `knob`: the first of `ranked_each`, the cheapest that fits, else the one
+    that saves most; in the order the knobs first come."""
+    return [ranked[0] for ranked in ranked_each(job, changes, cost, knob)]
 
 
 def _offload_layers(job: Job, layout: Layout, headroom_pct: float, peak: float) -> list[Change]:
@@ -331,10 +345,20 @@ def memory_changes(
     headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
     cost: Callable[[Job, Layout], float] | None = None,
 ) -> list[Change]:
+    """The cheapest of each knob of `memory_choices`: those that fit first, cheapest first."""
+    return [ranked[0] for ranked in memory_choices(job, layout, headroom_pct, cost)]
+
+
+def memory_choices(
+    job: Job,
+    layout: Layout,
+    headroom_pct: float = memory.DEFAULT_HEADROOM_PCT,
+    cost: Callable[[Job, Layout], float] | None = None,
+) -> list[list[Change]]:
     """The valid single changes (`single_changes`, the offloaded shares raised:
     `advice_offload.raised`, `_offload_layers`, `_dsa_kernels`) that lower the peak, a give-back
-    of tp or cp only where it fits (`gives_back`), the cheapest of each knob (`cheapest_each`),
-    those that fit first, cheapest first (`by_cost`)."""
+    of tp or cp only where it fits (`gives_back`), each knob's best first (`ranked_each`), the
+    knobs in the order of their best: those that fit first, cheapest first (`by_cost`)."""
     base = memory.estimate(job, layout, headroom_pct)
     out = []
 
@@ -355,4 +379,6 @@ def memory_changes(
             judge(4, field, before, after, run, new)
     out += _offload_layers(job, layout, headroom_pct, base.peak)
     out += _dsa_kernels(job, layout, headroom_pct, base.peak)
-    return by_cost(job, cheapest_each(job, out, cost, lambda c: c.field), cost)
+    ranked = ranked_each(job, out, cost, lambda c: c.field)
+    of = {id(r[0]): r for r in ranked}
+    return [of[id(c)] for c in by_cost(job, [r[0] for r in ranked], cost)]

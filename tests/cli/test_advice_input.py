@@ -22,6 +22,15 @@ import pytest
 import yaml
 from cli_run import run
 
+from planner.inputs import torchtitan_config
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import cost
+from planner.model.memory import DEFAULT_HEADROOM_PCT
+from planner.search import advice
+from planner.search.advice import Change
+from planner.search.rules import check_plan
+
 GPU = ["--gpu", "h100-sxm-80gb"]
 
 MODEL = (
@@ -163,6 +172,24 @@ def _edit_toml(text: str, edits: list[dict[str, Any]]) -> str:
     )
 
 
+T3 = """[model]
+name = "llama3"
+flavor = "8B"
+[training]
+local_batch_size = 8
+seq_len = 16384
+[parallelism]
+data_parallel_shard_degree = -1
+tensor_parallel_degree = 1
+pipeline_parallel_degree = 8
+pipeline_parallel_microbatch_size = 1
+[activation_checkpoint]
+mode = "none"
+[compile]
+enable = true
+"""
+"""Llama 3 8B at pp 8 on 32: dp 4, global batch 8 x 4 = 32; its cheapest tp, 4, leaves dp 1."""
+
 INPUTS: dict[str, tuple[str, str, int]] = {
     "m1": ("line", M1, 8),
     "m3": ("line", M3, 8),
@@ -172,6 +199,7 @@ INPUTS: dict[str, tuple[str, str, int]] = {
     "n3": ("nemo", N3, 8),
     "t1": ("toml", T1, 32),
     "t2": ("toml", T2, 32),
+    "t3": ("toml", T3, 32),
 }
 
 
@@ -302,3 +330,39 @@ def test_what_no_nemo_line_says_is_plan_file_only(
     assert c["fits"] and c["plan_file_only"]
     path = _write("nemo", f"{N3} {spelling}", tmp_path / "spelt")
     assert _check("nemo", path, 8, capsys)[0] == 2
+
+
+def test_the_next_value_of_a_setting_is_tried_where_the_cheapest_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """t3's cheapest tp that fits is 4, whose dp 4 -> 1 the TOML cannot say: with no shard
+    degree above 1 and cp 1 beside tp and pp, torchtitan e347b1e5 applies no FSDP and turns
+    mixed precision off (distributed/utils.py:251-256), so its reader refuses the file (oracle:
+    check of t3 edited to tp 4, the global batch 32 kept as local 32 x dp 1, exits 2). The next
+    tp, 2 (dp 2: FSDP over 2), is said in the TOML and listed as making it fit; the round trip
+    above checks its edits. Where every value tried fails, the reason names the others (NeMo
+    n3's ZeRO stages, none of which a NeMo line says)."""
+    premise = _ranked(T3, 32, "tp", tmp_path / "ranked")  # the premise, as check ranks them
+    assert [c.after for c in premise[:2]] == [4, 2] and all(c.fits for c in premise[:2])
+    edited = T3.replace("tensor_parallel_degree = 1", "tensor_parallel_degree = 4")
+    edited = edited.replace("local_batch_size = 8", "local_batch_size = 32")
+    assert _check("toml", _write("toml", edited, tmp_path / "tp4"), 32, capsys)[0] == 2
+    tp = _change(_json("t3", tmp_path, capsys), "tp")
+    assert tp["change"].startswith("tp 1 -> 2 ") and not tp["plan_file_only"]
+    assert {"key": "parallelism.tensor_parallel_degree", "value": 2} in tp["input_edits"]
+    out = _check("toml", _write("toml", T3, tmp_path / "t3text"), 32, capsys)[1]
+    fit_part = out.partition("Fitting as a plan file only")[0]
+    assert "tp 1 -> 2 " in fit_part and "tp 1 -> 4 " not in out
+    zero = _change(_json("n3", tmp_path, capsys), "zero_stage")
+    assert zero["plan_file_only"] and "zero_stage 1 -> 3" in zero["in_input"]
+
+
+def _ranked(text: str, n: int, field: str, folder: Path) -> list[Change]:
+    """A TOML's changes of one setting, best first, as check ranks them (by its step time)."""
+    plan = check_plan(torchtitan_config.load(_write("toml", text, folder), GPU[1], n))
+
+    def step(job: Job, lay: Layout) -> float:
+        return cost.estimate(job, lay).step_time_s
+
+    choices = advice.memory_choices(plan.job, plan.require_layout(), DEFAULT_HEADROOM_PCT, step)
+    return next(ranked for ranked in choices if ranked[0].field == field)

@@ -10,6 +10,7 @@ cli_parser.py TypeParser.parse_bool, each cited at its test.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -205,3 +206,52 @@ def test_full_recompute_needs_its_method_and_layer_count() -> None:
     parallel = read(HEAD + "model.config.recompute_granularity=full " + whole).doc["parallel"]
     assert (parallel["recompute"], parallel["recompute_method"]) == ("full", "uniform")
     assert read(HEAD + "model.config.recompute_granularity=selective").doc["parallel"]
+
+
+GRANULARITY = "model.config.recompute_granularity"
+
+
+@pytest.mark.parametrize("word", ["none", "None", "null", "NULL", "'\"none\"'"])
+def test_a_bare_none_is_no_recompute(word: str) -> None:
+    """NeMo-Run (NVIDIA/NeMo-Run 0c491271 cli_parser.py) parses the override against
+    TransformerConfig's `Optional[Literal['full', 'selective']]` (transformer_config.py:532
+    @d98e8a64): TypeParser.parse strips double quotes first (:739), then parse_union returns None
+    for none / null in any case (:929-930). None is TransformerConfig's default, no recompute,
+    and llama3_8b's recipe sets no recompute: the plan keeps its own default, "none"."""
+    parallel = doc(f"{HEAD}{GRANULARITY}={word}")["parallel"]
+    assert "recompute" not in parallel
+
+
+@pytest.mark.parametrize(
+    ("key", "word"),
+    [
+        (GRANULARITY, "\"'none'\""),  # the word 'none', single quotes kept
+        (GRANULARITY, "foo"),
+        (GRANULARITY, "Full"),  # Literal matching is exact
+        ("model.config.recompute_method", "\"'null'\""),
+    ],
+)
+def test_a_word_outside_the_literal_is_refused_naming_the_key(key: str, word: str) -> None:
+    """The same parser: a word that is not none / null goes to parse_literal, which strips one
+    pair of quotes and accepts only the Literal's values ('full', 'selective'; the method's
+    'uniform', 'block', transformer_config.py:543), else raises LiteralParseError (:991-1002):
+    'none' in single quotes is the text none there, refused, where planner read it as the
+    plan's "none" (no recompute). Had a string outside the choices reached TransformerConfig,
+    its __post_init__ raises (transformer_config.py:1901-1912). Exit 2 names the key and the
+    value."""
+    with pytest.raises(InputError, match=rf"{re.escape(key)}='.*': .*expected") as info:
+        read(f"{HEAD}{key}={word}")
+    assert "cli_parser.py" in str(info.value)
+
+
+def test_a_megatron_line_s_none_is_an_invalid_choice() -> None:
+    """Megatron-LM's --recompute-granularity has argparse choices ('full', 'selective'), made
+    from TransformerConfig's Literal (argument_utils.py:151-155, transformer_config.py:532
+    @d98e8a64): `none` is no choice and argparse exits; the line reader says so."""
+    line = (
+        "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8 "
+        "--max-position-embeddings 8 --micro-batch-size 1 --global-batch-size 8 "
+        "--vocab-size 128 --recompute-granularity none"
+    )
+    with pytest.raises(InputError, match=r"--recompute-granularity: .*got 'none'.*invalid choice"):
+        read(line)
