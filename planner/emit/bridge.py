@@ -40,6 +40,7 @@ from planner.emit.megatron_model import refuse_alibi, refuse_local_attention
 from planner.emit.prediction import HEADROOM, header, predict
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
+from planner.model.moe_padding import router_padding_runs
 
 GRACE_BLACKWELL = ("gb200", "gb300")
 """Catalog-name prefixes of the parts Megatron-Bridge refuses DeepEP on: its
@@ -143,6 +144,8 @@ def _moe(plan: Plan) -> dict[str, Any]:
     if job.moe_paged_stash:
         out["moe_paged_stash_buffer_size_factor_cuda"] = job.moe_paged_stash_buffer_size_factor
     out["moe_router_force_load_balancing"] = job.moe_router_force_load_balancing
+    # the plan's router padding; a recipe's own cleared where the plan has none
+    out["moe_router_padding_for_quantization"] = router_padding_runs(job, lay)
     if job.moe_router_dtype is not None:  # (left out: the model provider's own)
         out["moe_router_dtype"] = job.moe_router_dtype
     return out

@@ -44,6 +44,7 @@ from planner.emit.prediction import HEADROOM, header, predict
 from planner.inputs.layout import FSDP_STRATEGY
 from planner.inputs.megatron_tp_overlap import SUB_OVERLAPS
 from planner.inputs.plan import Job, Plan
+from planner.model.moe_padding import router_padding_runs
 
 ENVIRONMENT = (
     "environment the prediction assumes (export it where the job runs; `check "
@@ -201,6 +202,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a += [("--cross-entropy-loss-fusion",), ("--cross-entropy-fusion-impl", job.megatron_loss)]
     if job.moe_router_dtype is not None and job.arch.is_moe:  # (planner.model.router_dtype)
         a.append(("--moe-router-dtype", job.moe_router_dtype))
+    if router_padding_runs(job, lay):
+        a.append(("--moe-router-padding-for-quantization",))
     if job.moe_grouped_tensor:  # not modelled; HybridEP's rank capacity factor takes it
         a.append(("--moe-use-grouped-tensor",))
     if job.moe_fused_grouped_mlp:  # the experts' fused grouped MLP (its GLU interleaved by 32)

@@ -29,6 +29,7 @@ DENSE_TRAINING = (
     "moe_router_dtype",
     "moe_grouped_tensor",
     "moe_fused_grouped_mlp",
+    "moe_router_padding",
 )
 """`[training]` settings of the experts' layers: nothing reads them in a dense model (the fused
 grouped MLP is read as off there, `plan.build_job`)."""
@@ -62,6 +63,7 @@ MEGATRON_TRAINING = (
     "dataloader_attention_mask",
     "loss_fusion",
     "moe_grouped_tensor",
+    "moe_router_padding",
     "optimizer_instances",
     "outer_dp_sharding_strategy",
     "async_save",
@@ -93,6 +95,7 @@ def inert(
         return list(_training(training, job))
     return [
         *_training(training, job),
+        *_router_padding(training, job, layout),
         *_recompute(training, parallel, layout),
         *_parallel(parallel, job, layout),
     ]
@@ -136,6 +139,23 @@ def _training(t: TrainingSection, job: Job) -> Iterator[tuple[str, str]]:
         for name in DSA:
             if _given(t, name):
                 yield _note(t, "training", name, "the model has no DeepSeek sparse attention")
+
+
+def _router_padding(t: TrainingSection, job: Job, lay: Layout) -> Iterator[tuple[str, str]]:
+    """Router padding in a Megatron MoE job where nothing pads the routing map: Megatron
+    refuses it without FP8 / FP4 and with the allgather dispatcher (transformer_config.py
+    d98e8a64 :2649-2659; launch leaves the flag out there), and HybridEP aligns its tokens in
+    its own dispatch (`planner.model.moe_padding`)."""
+    if not t.moe_router_padding or not job.arch.is_moe or job.framework != "megatron":
+        return
+    if not job.quantised:
+        yield _note(t, "training", "moe_router_padding", f'precision is "{job.precision}"')
+    elif lay.moe_token_dispatcher_type == "allgather":
+        why = 'moe_token_dispatcher_type is "allgather" (Megatron refuses it there)'
+        yield _note(t, "training", "moe_router_padding", why)
+    elif lay.moe_token_dispatcher_type == "flex" and lay.moe_flex_dispatcher_backend == "hybridep":
+        why = "HybridEP aligns each expert's tokens in its own dispatch"
+        yield _note(t, "training", "moe_router_padding", why)
 
 
 def _recompute(t: TrainingSection, p: ParallelSection, lay: Layout) -> Iterator[tuple[str, str]]:

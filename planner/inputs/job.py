@@ -167,6 +167,9 @@ class Job:
     moe_fused_grouped_mlp: bool = False
     """MoE: the experts run as Transformer Engine's fused grouped MLP (Megatron
     --use-transformer-engine-op-fuser; `grouped_mlp_fused` says where its kernel runs)."""
+    moe_router_padding: bool = False
+    """MoE, FP8 / FP4: the router pads each expert's token count to the GEMMs' alignment before
+    the dispatch (Megatron --moe-router-padding-for-quantization; `planner.model.moe_padding`)."""
     moe_grouped_tensor: bool = False
     """MoE: the experts' weights as Transformer Engine's grouped tensor (Megatron
     --moe-use-grouped-tensor): not modelled; what lets a rank capacity factor run on HybridEP

@@ -85,6 +85,7 @@ def _first_problem(line: Line, position: str, vpp: int, trains: bool) -> tuple[s
         _sharding(line, trains),
         _pipeline(line, vpp),
         _context(line),
+        _router_padding(line),
     )
     found = next((c for c in checks if c is not None), None)
     return found if found is not None else first_problem(line, vpp, trains)
@@ -194,4 +195,20 @@ def _context(line: Line) -> tuple[str, str] | None:
         return "--cp-comm-type", (
             "a2a+p2p needs --hierarchical-context-parallel-sizes (validate_args asserts it)"
         )
+    return None
+
+
+def _router_padding(line: Line) -> tuple[str, str] | None:
+    """--moe-router-padding-for-quantization (or its alias --moe-router-padding-for-fp8, which
+    turns it on): TransformerConfig raises without FP8 / FP4 and with the allgather (Megatron's
+    default) or alltoall_seq dispatcher (transformer_config.py:2641-2659 d98e8a64)."""
+    flags = ("--moe-router-padding-for-quantization", "--moe-router-padding-for-fp8")
+    flag = next((f for f in flags if line.has(f)), None)
+    if flag is None:
+        return None
+    if not line.has("--fp8-format") and not line.has("--fp4-format"):
+        return flag, "needs --fp8-format or --fp4-format (TransformerConfig raises)"
+    dispatcher = line.text("--moe-token-dispatcher-type") or "allgather"
+    if dispatcher in ("allgather", "alltoall_seq"):
+        return flag, f"cannot run with the {dispatcher} dispatcher (TransformerConfig raises)"
     return None

@@ -79,6 +79,8 @@ READ = frozenset(
         "--moe-pad-expert-input-to-capacity",
         "--moe-router-force-load-balancing",
         "--moe-router-dtype",
+        "--moe-router-padding-for-quantization",
+        "--moe-router-padding-for-fp8",
         # the experts' fused grouped MLP (megatron_training._fused_grouped_mlp)
         "--use-transformer-engine-op-fuser",
         "--moe-use-grouped-tensor",

@@ -146,6 +146,10 @@ def training_table(
         training["moe_paged_stash_buffer_size_factor"] = stash
     if line.has("--moe-router-force-load-balancing"):
         training["moe_router_force_load_balancing"] = True
+    if line.has("--moe-router-padding-for-quantization") or line.has(
+        "--moe-router-padding-for-fp8"
+    ):
+        training["moe_router_padding"] = True  # (the alias turns it on, tc:2641-2647)
     if (router := line.text("--moe-router-dtype")) is not None:  # choices fp32, fp64
         training["moe_router_dtype"] = router
     _fused_grouped_mlp(line, training, notes)

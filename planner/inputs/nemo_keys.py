@@ -165,6 +165,8 @@ SPECIAL = (
     "model.config.use_transformer_engine_op_fuser",
     "model.config.moe_grouped_gemm",
     "model.config.moe_mlp_glu_interleave_size",
+    "model.config.moe_router_padding_for_quantization",
+    "model.config.moe_router_padding_for_fp8",
     "model.config.overlap_p2p_comm",
     "model.config.batch_p2p_comm",
     "model.config.cpu_offloading",

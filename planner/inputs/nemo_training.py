@@ -74,6 +74,13 @@ def training_table(
         out["moe_fused_grouped_mlp"] = True
     if note:
         notes.append(note)
+    # the alias turns the padding on whatever the other says (transformer_config.py:2641-2647)
+    keys = (
+        "model.config.moe_router_padding_for_quantization",
+        "model.config.moe_router_padding_for_fp8",
+    )
+    if any(line.flag(key) for key in keys):
+        out["moe_router_padding"] = True
     return out
 
 

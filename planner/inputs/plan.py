@@ -95,6 +95,7 @@ TRAINING_AS_IS = (
     "fp8_output_proj",
     "moe_fused_grouped_mlp",
     "moe_grouped_tensor",
+    "moe_router_padding",
     "optimizer",
     "muon_whole_params",
     "muon_ns_steps",

@@ -311,6 +311,14 @@ class TrainingSection(OptimizerFields):
         "--moe-use-grouped-tensor; not modelled: it lets moe_expert_rank_capacity_factor run on "
         "HybridEP without moe_fused_grouped_mlp)",
     )
+    moe_router_padding: Flag = Field(
+        default=False,
+        description="MoE, fp8 / fp4 with the alltoall or DeepEP dispatcher: the router pads "
+        "each expert's token count to the grouped GEMMs' alignment before the dispatch, and the "
+        "experts skip their own padding copy (Megatron --moe-router-padding-for-quantization, "
+        "alias --moe-router-padding-for-fp8; Megatron-Bridge "
+        "model.moe_router_padding_for_quantization)",
+    )
     gemm_sm_margin: NonNegativeInt = Field(
         default=0,
         description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import dsa, fp32, routing_load
+from planner.model import dsa, fp32, moe_padding, routing_load
 from planner.model.graph_capture import keeps_pre_moe_norm
 from planner.model.router_dtype import cast_bytes
 from planner.model.shard import AttentionFp8, Shard, linear_input_bytes
@@ -94,6 +94,7 @@ def make_shard(job: Job, layout: Layout) -> Shard:
     s = job.seq_length // layout.cp
     policy = job.recompute_policy(layout.recompute)
     kept, working = routing_load.memory_loads(job, layout)
+    pad = moe_padding.padding(job, layout)
     in_fp32, quantised = job.params_dtype == "fp32", job.quantised  # (`planner.model.fp32`)
     flash = job.flash_attention and job.arch.head_dim % FUSED_HEAD_DIM_MULTIPLE == 0
     out = Shard(
@@ -138,9 +139,9 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         fc1_keeps_original="expert_fc1" in layout.offload_modules
         and quantised
         and not job.block_scaled,
-        expert_padding=quantised
-        and layout.moe_token_dispatcher_type == "alltoall"
-        and not job.grouped_mlp_fused,
+        expert_padding=pad.experts_pad,
+        pad_pairs=pad.pairs,
+        pad_sent=pad.sent,
         combine_cast_bytes=cast_bytes(job),
         moe_send_load=job.moe_expert_capacity_factor or 1.0
         if job.moe_pad_expert_input_to_capacity

@@ -32,8 +32,11 @@ from planner.model.shard import BF16, FP32, Shard, linear_in, masks
 
 def pairs(arch: ModelArch, sh: Shard, load: float | None = None) -> float:
     """Token-expert pairs the experts of one GPU receive per micro-batch (before expert-TP
-    gathering): k x T/tp x the routing load (`Shard.moe_load`, or `load`)."""
-    return arch.moe_router_topk * sh.tokens / sh.tp * (sh.moe_load if load is None else load)
+    gathering): k x T/tp x the routing load (`Shard.moe_load`, or `load`), and the padding rows
+    Megatron aligns each expert's segment with (`Shard.pad_pairs`, `planner.model.moe_padding`:
+    real rows through fc1, the activation and fc2)."""
+    load = sh.moe_load if load is None else load
+    return arch.moe_router_topk * sh.tokens / sh.tp * load + sh.pad_pairs
 
 
 def moe_bytes(arch: ModelArch, sh: Shard) -> float:
@@ -217,9 +220,10 @@ def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float
     until the combine adds it. allgather gathers every token of the etp x ep group
     (MoEAllGatherTokenDispatcher) into its global buffer and unpermutes into a second one before
     it keeps its experts' pairs. alltoall's permuted local tokens: k per local token, x the
-    capacity factor where it pads to capacity (`Shard.moe_send_load`). FP8 / FP4 experts:
-    `_quantised_tokens`. Under --moe-router-dtype (`Shard.combine_cast_bytes`) the combine's
-    reduce-scatter reads a copy of the expert output in the router's dtype, made beside it
+    capacity factor where it pads to capacity (`Shard.moe_send_load`), and router padding's rows
+    (`Shard.pad_sent`). FP8 / FP4 experts, allgather's too: `_quantised_tokens`. Under
+    --moe-router-dtype (`Shard.combine_cast_bytes`) the combine's reduce-scatter reads a copy
+    of the expert output in the router's dtype, made beside it
     (token_dispatcher.py d98e8a64 :365-367 allgather, over the gathered tokens; :829-833
     alltoall, over the n pairs, with expert TP only)."""
     h = arch.expert_hidden
@@ -229,22 +233,32 @@ def forward_bytes(arch: ModelArch, sh: Shard, dispatcher: str, ep: int) -> float
     shared = w * arch.hidden_size * local if arch.moe_shared_expert_intermediate_size else 0.0
     cast = sh.combine_cast_bytes / w  # the copy, in the hidden states' values
     if dispatcher == "allgather":
-        return w * h * ((2 + cast) * local * sh.etp * ep + n)
+        gathered = local * sh.etp * ep
+        if sh.quantised:
+            return w * h * _quantised_tokens(arch, sh, n, cast * gathered, gathered) + shared
+        return w * h * ((2 + cast) * gathered + n) + shared
     cast = cast * n if dispatcher == "alltoall" and sh.etp > 1 else 0.0
     tokens = DISPATCH_TOKENS.get(dispatcher, 3.0) * n + cast
     if sh.quantised and dispatcher in ("alltoall", "flex"):
         tokens = _quantised_tokens(arch, sh, n, cast)
     if dispatcher == "alltoall":
-        # the permuted local tokens (custom_forward's)
-        tokens += arch.moe_router_topk * local * sh.moe_send_load
+        # the permuted local tokens (custom_forward's), with router padding's rows
+        tokens += arch.moe_router_topk * local * sh.moe_send_load + sh.pad_sent
     elif dispatcher == "hybridep":
         tokens += local  # the combine's output
     return w * h * tokens + shared
 
 
-def _quantised_tokens(arch: ModelArch, sh: Shard, n: float, cast: float = 0.0) -> float:
+def _quantised_tokens(
+    arch: ModelArch, sh: Shard, n: float, cast: float = 0.0, gathered: float | None = None
+) -> float:
     """`DISPATCH_TOKENS` of alltoall / DeepEP (n pairs, expert_hidden-wide rows) where fc1 and
-    fc2 keep quantised copies of their inputs (Megatron-LM d98e8a64): the bf16 expert input
+    fc2 keep quantised copies of their inputs (Megatron-LM d98e8a64), or the allgather
+    dispatcher's rows (`gathered`: the etp x ep group's tokens it gathers, token_dispatcher.py
+    :281-303, held as routed_experts_compute's argument while the experts run, and the G rows
+    combine_preprocess unpermutes into, :337-353, in place of alltoall's received rows and
+    their sort back; its bf16 permuted input, dispatched_input, stays referenced as well,
+    moe_layer.py:547-569; `cast` then over the G rows): the bf16 expert input
     stays referenced while the experts run (routed_experts_compute's dispatched_input,
     moe_layer.py:547-569) though fc1 keeps only its 8-bit copy, unless fc1 keeps the original
     (`Shard.fc1_keeps_original`: then it is kept, not in flight); the bf16 activation output
@@ -260,9 +274,11 @@ def _quantised_tokens(arch: ModelArch, sh: Shard, n: float, cast: float = 0.0) -
     pad = 1.0 if sh.expert_padding else 0.0
     act = n / sh.etp * arch.expert_ffn / arch.expert_hidden  # F-wide rows in h-wide units
     kept_act = 0.0 if sh.drops("moe_act") else act
-    fc2_end = n * (2 + inp + pad) + act
-    unpad = n * (2 + inp + 2 * pad) + kept_act if pad else 0.0
-    combine = n * (3 + inp) + cast
+    received = n if gathered is None else gathered  # (the a2a output, or the gathered tokens)
+    sort_back = n if gathered is None else gathered
+    fc2_end = received + n * (1 + inp + pad) + act
+    unpad = received + n * (1 + inp + 2 * pad) + kept_act if pad else 0.0
+    combine = received + n * (1 + inp) + sort_back + cast
     return max(fc2_end, unpad, combine)
 
 

@@ -112,10 +112,17 @@ class Shard:
     save_original_input on it when expert_fc1 is offloaded under an FP8 recipe other than MXFP8
     (experts.py d98e8a64, "to avoid the CPU overhead of multiple d2h copies")."""
     expert_padding: bool = False
-    """TEGroupedMLP pads the routed experts' quantised tokens itself (FP8 / FP4 with the
-    alltoall dispatcher, without the fused grouped MLP; experts.py d98e8a64 :896-903, undone at
-    :1042-1044): a padded copy of its input and a padded fc2 output beside the unpadded one,
-    alive while the experts run (`moe_activations.forward_bytes`)."""
+    """TEGroupedMLP pads the routed experts' tokens itself (FP8 / FP4 or a grouped tensor,
+    unless `skip_routed_expert_padding` provably holds: `planner.model.moe_padding`;
+    experts.py d98e8a64 :890-903, undone at :1041-1043): a padded copy of its input and a
+    padded fc2 output beside the unpadded one, alive while the experts run
+    (`moe_activations.forward_bytes`)."""
+    pad_pairs: float = 0.0
+    """Padding rows the GPU's experts receive beyond the routed pairs, before the expert-TP
+    gather (`moe_padding.Padding.pairs`, a bound): counted in `moe_activations.pairs`."""
+    pad_sent: float = 0.0
+    """Rows router padding adds to the alltoall dispatcher's permuted local tokens
+    (`moe_padding.Padding.sent`)."""
     moe_send_load: float = 1.0
     """The alltoall dispatcher's permuted local tokens relative to k per local token: the
     capacity factor where Megatron pads each expert's tokens to capacity (token_dispatcher.py

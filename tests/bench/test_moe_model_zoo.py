@@ -61,10 +61,23 @@ def test_every_line_is_read_or_refused_for_megatrons_reason(row: dict[str, Any])
 def test_the_layouts_nvidia_ran_fit_but_where_a_dev_branch_flag_offloads(
     row: dict[str, Any],
 ) -> None:
+    # NVIDIA ran each layout, so each fits; where its line offloads the optimizer states with
+    # the dev-branch flag, planner keeps them on the GPU, and NVIDIA's reaching for an unmerged
+    # offload says the layout has no room without it: within AT_LIMIT of the capacity or over
+    # (the evidence says "tight", not by how much: DeepSeek-V3 GB200's first line is 0.5% under
+    # since the output projection keeps its 16-bit input under MXFP8, activations.py)
     r = zoo.check(row)
-    assert (r["verdict"] == "read") == (DEV_BRANCH not in row["args"])
-    if DEV_BRANCH in row["args"]:
-        assert DEV_BRANCH in r["unknown"]
+    if DEV_BRANCH not in row["args"]:
+        assert r["verdict"] == "read"
+        return
+    assert DEV_BRANCH in r["unknown"]
+    assert r["verdict"] == "exit 1" or r["peak_gib"] >= (1 - AT_LIMIT) * r["capacity_gib"]
+
+
+AT_LIMIT = 0.03
+"""How far under the usable capacity (the GPU's, less check's default 3% headroom) a layout NVIDIA
+ran only with an offload may be judged: the width of that headroom again
+(memory.DEFAULT_HEADROOM_PCT: the allocator's reserve and run-to-run variation)."""
 
 
 @pytest.mark.parametrize("row", ROWS, ids=IDS)

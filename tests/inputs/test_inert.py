@@ -26,6 +26,7 @@ INERT = [
     ("training", "moe_pad_expert_input_to_capacity = true", "a dense model routes no token"),
     ("training", "moe_router_force_load_balancing = true", "a dense model has no router"),
     ("training", 'moe_router_dtype = "fp32"', "a dense model has no router"),
+    ("training", "moe_router_padding = true", "a dense model has no router"),
     ("training", "muon_ns_steps = 3", "Adam runs no Newton-Schulz steps"),
     ("training", "muon_split_qkv = false", "Adam orthogonalises nothing (default true)"),
     ("training", 'muon_matmul_precision = "high"', "Adam runs no Newton-Schulz GEMMs"),
@@ -85,6 +86,8 @@ def test_the_bundled_plan_names_no_setting(tmp_path: Path) -> None:
         (MODEL, TRAINING + 'precision = "fp8"\n', "training", "fp8_param_gather = true"),
         (MOE_MODEL, TRAINING, "training", "moe_router_force_load_balancing = true"),
         (MOE_MODEL, TRAINING, "parallel", "etp = 1"),
+        # router padding in an FP8 MoE job with the alltoall dispatcher (the layout's default)
+        (MOE_MODEL, TRAINING + 'precision = "fp8"\n', "training", "moe_router_padding = true"),
         (MODEL, TRAINING, "parallel", 'moe_token_dispatcher_type = "alltoall"'),
         (MODEL, TRAINING, "parallel", "overlap_param_gather = true"),  # ZeRO 1 gathers
         (
@@ -99,6 +102,32 @@ def test_a_setting_that_is_read_is_not_named(
     model: str, training: str, table: str, line: str, tmp_path: Path
 ) -> None:
     assert load_plan(_plan(tmp_path, table, line, model, training)).inert == ()
+
+
+@pytest.mark.parametrize(
+    ("training", "parallel", "why"),
+    [
+        (TRAINING, "", 'precision is "bf16"'),
+        (
+            TRAINING + 'precision = "fp8"\n',
+            'moe_token_dispatcher_type = "allgather"\n',
+            "allgather",
+        ),
+    ],
+)
+def test_router_padding_where_megatron_refuses_it(
+    training: str, parallel: str, why: str, tmp_path: Path
+) -> None:
+    # transformer_config.py:2649-2659 d98e8a64: Megatron raises without FP8 / FP4 and with the
+    # allgather dispatcher; the launch leaves the flag out there (planner.model.moe_padding)
+    text = plan_text(
+        model=MOE_MODEL,
+        training=training + "moe_router_padding = true\n",
+        parallel=PARALLEL + parallel,
+    )
+    plan = load_plan(write(tmp_path, text))
+    assert [f for f, _ in plan.inert] == ["training.moe_router_padding"]
+    assert why in plan.inert[0][1]
 
 
 def test_overlap_param_gather_at_zero_stage_0(tmp_path: Path) -> None:

@@ -155,3 +155,25 @@ def test_nemo_runs_values_read_as_it_reads_them() -> None:
     fp8 = read(HEAD + "model.config.fp8=hybrid")
     assert fp8.doc["training"]["precision"] == "bf16"
     assert any("model.config.fp8: NeMo writes the precision plugin" in n for n in fp8.notes)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "padding"),
+    [
+        ("model.config.moe_router_padding_for_quantization=true", True),
+        ("model.config.moe_router_padding_for_fp8=true", True),
+        # the alias turns padding on whatever the other key says (transformer_config.py
+        # :2641-2647 d98e8a64); both false, or neither given: off
+        (
+            "model.config.moe_router_padding_for_fp8=true "
+            "model.config.moe_router_padding_for_quantization=false",
+            True,
+        ),
+        ("model.config.moe_router_padding_for_quantization=false", None),
+        ("", None),
+    ],
+)
+def test_router_padding_keys_are_read(overrides: str, padding: bool | None) -> None:
+    reading = read(HEAD + overrides)
+    assert reading.doc["training"].get("moe_router_padding") is padding
+    assert not any("moe_router_padding" in w for w in (*reading.ignored, *reading.unknown))

@@ -35,24 +35,28 @@ def test_glu_expert_backward_holds_gated_gradient_beside_fc2_input_gradient() ->
 
 
 def test_fp8_alltoall_forward_holds_bf16_input_and_padding_copies() -> None:
-    # DeepSeek-V3, blockwise FP8, alltoall, ep 32: n = 8 x 4096 x 1.2 = 39321.6 pairs, h 7168,
-    # F 2048. At the unpadding (experts.py:1042-1044): permuted local k x T, received n, the
-    # bf16 input routed_experts_compute holds (moe_layer.py:547-569) n, its padded copy
-    # (experts.py:896-903) n, the padded fc2 output n, the unpadded output n = kT + 5n rows
-    # of 2h bytes, with the bf16 activation output (F wide, 2 bytes) and the shared experts'
-    # output (2h a local token).
+    # DeepSeek-V3, blockwise FP8, alltoall, ep 32: n = 8 x 4096 x 1.2 = 39321.6 pairs and the
+    # experts' own padding, at most 16 - 1 rows for each of the 256 / 32 = 8 local experts
+    # (fp8_utils.py:356-361: 16 for FP8 other than MXFP8), h 7168, F 2048. At the unpadding
+    # (experts.py:1042-1044): permuted local k x T, received n, the bf16 input
+    # routed_experts_compute holds (moe_layer.py:547-569) n, its padded copy (experts.py:896-903)
+    # n, the padded fc2 output n, the unpadded output n = kT + 5n rows of 2h bytes, with the
+    # bf16 activation output (F wide, 2 bytes) and the shared experts' output (2h a local
+    # token).
     j = job("deepseek-v3", "h800-sxm-80gb", 256, T, 1024, precision="fp8", fp8_recipe="blockwise")
     lay = Layout(tp=1, pp=8, dp=32, ep=32, moe_token_dispatcher_type="alltoall")
     sh = shard(j, lay)
     # the running layer's load: the step's busiest of 32 ranks of 8 experts, 1.2 (as kept)
     assert sh.moe_work_load == pytest.approx(max(1.2, routing_load.step_load(j, lay)))
-    n = 8 * T * sh.moe_work_load
+    n = 8 * T * sh.moe_work_load + 8 * 15
     hand = 2 * 7168 * (8 * T + 5 * n) + 2 * 2048 * n + 2 * 7168 * T
     assert ma.forward_bytes(j.arch, sh, "alltoall", 32) == pytest.approx(hand)
-    # DeepEP (no padding by the experts): received, bf16 input, output, restore = 4n at the
-    # combine; the fc2 moment (3n + the activation, 2048 / 7168 n) is below it
+    # DeepEP: the experts pad too (experts.py:890-903: skip_routed_expert_padding, moe_utils.py
+    # :1494-1509, holds for DeepEP only with a grouped tensor and a TE whose fused permute pads),
+    # so its unpadding holds received, bf16 input, padded copy, padded and unpadded fc2 outputs
+    # = 5n with the activation, above the combine's 4n (received, input, output, restore)
     deepep = replace(lay, moe_token_dispatcher_type="flex", moe_flex_dispatcher_backend="deepep")
-    hand_flex = 2 * 7168 * 4 * n + 2 * 7168 * T
+    hand_flex = 2 * 7168 * 5 * n + 2 * 2048 * n + 2 * 7168 * T
     assert ma.forward_bytes(j.arch, shard(j, deepep), "flex", 32) == pytest.approx(hand_flex)
 
 
