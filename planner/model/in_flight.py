@@ -40,7 +40,11 @@ ends with 2p - 1 - r chunk-0 and r + 1 chunk-1 micro-batches in flight, and each
 chunk-0 forward, before the I that follows it, briefly holds 2p - r and r; DualPipeV holds
 2p - r and r + 1 (its overlapped forward counted before the backward it runs with); each count at
 most m (ZB-V leaves the slots past m empty), so that below 2 pp - 1 micro-batches a middle rank
-can hold the most (`v_pieces`).
+can hold the most. Each I of the three split-backward schedules (`SPLIT_BACKWARD`)
+also keeps a pending W's stash until its W (`planner.model.pending_w`): with it the V's peak is
+its order walked (`v_schedule.held_peak`; DualPipeV's overlapped backwards run whole, its Is
+are its steps 3, 7 and the second half of 6), and which rank holds the most is no longer one
+end of a linear piece in the rank: memory asks every rank of a V (`memory._peak_candidates`).
 """
 
 from __future__ import annotations
@@ -49,6 +53,7 @@ from planner.inputs.layout import Layout
 from planner.model.early_receives import early_counts, held_counts
 from planner.model.looped_order import deferred_peak
 from planner.model.megatron_order import table_chunks, warmup
+from planner.model.v_schedule import held_peak
 
 
 def group_size(layout: Layout, group: int | None = None) -> int:
@@ -86,6 +91,8 @@ def in_flight(
 
 V_SCHEDULES = ("ZBVZeroBubble", "DualPipeV")
 ALL_FORWARDS_FIRST = ("GPipe", "LoopedBFS")
+SPLIT_BACKWARD = (DEFERRED_W, *V_SCHEDULES)
+"""torch's schedules whose I keeps a pending W's stash until its W (`planner.model.pending_w`)."""
 
 
 def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[tuple[int, int], ...]:
@@ -99,16 +106,6 @@ def v_in_flight(name: str, pp: int, rank: int, m: int) -> tuple[tuple[int, int],
     if 2 * pp - rank > m:  # no steady chunk-0 forward beyond the warm-up's
         return (warm,)
     return warm, (2 * pp - rank, rank)  # a steady chunk-0 forward before its round's I
-
-
-def v_pieces(pp: int, rank: int, m: int) -> tuple[bool, bool, bool]:
-    """Which linear piece of `v_in_flight`'s counts rank `rank` lies on at m micro-batches:
-    whether chunk 0's count is capped at m (ZB-V's warm-up 2 pp - 1 - r > m; DualPipeV's
-    2 pp - r > m, the third), whether chunk 1's r + 1 is below m (else capped), and whether the
-    steady chunk-0 moment is missing (2 pp - r > m). On ranks that answer alike every moment's
-    count is linear in the rank, so their largest (a convex function of the rank) is the lowest's
-    or the highest's; at m >= 2 pp every rank answers alike (`memory._peak_candidates`)."""
-    return rank < 2 * pp - 1 - m, rank < m - 1, rank < 2 * pp - m
 
 
 def schedule_peak(
@@ -139,7 +136,8 @@ def schedule_peak(
     (`Layout.overlap_p2p_comm`) and EP overlap as `early_receives` says; none under torch's
     `DEFERRED_W`, whose order is not Megatron's (torchtitan's messages: `fsdp2`), which with
     `pending` (each chunk's bytes a pending W keeps, `planner.model.pending_w`) walks torch's
-    order (`looped_order.deferred_peak`)."""
+    order (`looped_order.deferred_peak`); the V schedules with `pending` walk theirs too
+    (`v_schedule.held_peak`)."""
     vpp = len(kept)
     if name == DEFERRED_W:
         if any(pending):
@@ -148,6 +146,8 @@ def schedule_peak(
     if name in ALL_FORWARDS_FIRST:
         return max(m, 1) * sum(kept)
     if name in V_SCHEDULES and vpp == 2:
+        if any(pending):
+            return held_peak(name, layout.pp, max(m, 1), rank, kept, pending)
         return max(
             c0 * kept[0] + c1 * kept[1] for c0, c1 in v_in_flight(name, layout.pp, rank, max(m, 1))
         )

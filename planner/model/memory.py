@@ -42,7 +42,6 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools, stage_activations, titan_accumulation
 from planner.model.bf16_layers import bf16_ranges
-from planner.model.in_flight import v_pieces
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.memory_report import MemoryReport, StageMemory, new_stage
 from planner.model.rank_states import rank_state, step_bytes
@@ -177,40 +176,31 @@ def _peak_candidates(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tup
     """The ranks that can hold the peak: among ranks with the same layers (each chunk's count of
     each kind of layer) and the same role (first, holding the last stage, the MTP layers or bf16
     layers, or none), the lowest rank has the most micro-batches in flight and everything else
-    equal; under the V placement (`Layout.v_stages`) rank r holds at its peak 2 pp - 1 - r
-    of chunk 0 and r + 1 of chunk 1 or 2 pp - r and r (DualPipeV 2 pp - r and r + 1:
-    `in_flight.v_in_flight`), each at most m: among ranks alike that lie on the same linear
-    piece of those counts (`in_flight.v_pieces`: at m >= 2 pp all of them) the lowest or the
-    highest. `ranks` is `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a
-    function of the model and the split alone, remembered per both (and per m under a V)."""
+    equal. Under the V placement (`Layout.v_stages`) every rank: what a rank holds there is its
+    order walked with each pending W's stash (`in_flight`, `v_schedule.held_peak`), and no rule
+    picks the rank: DualPipeV's step 6 turns whole backwards into Is at the rank's middle,
+    (r + 1) // 2, and its step 7 frees the oldest stash (chunk 1's or chunk 0's by the parity)
+    as it adds a chunk-0 one, so that a middle rank can hold more than both ends of any run of
+    ranks alike (tests/model/test_v_pending.py). `ranks` is
+    `layout.chunk_layers(job.arch.num_layers)`: with the MTP rank a function of the model and
+    the split alone, remembered per both."""
     make = lambda: _peak_ranks_of(job, layout, ranks)  # noqa: E731
     key = (layout.split_key(), job.quantised, job.bf16_layers_at_start, job.bf16_layers_at_end)
-    return _PEAK_RANKS.get(job.arch, (*key, _v_microbatches(job, layout)), make)
-
-
-def _v_microbatches(job: Job, layout: Layout) -> int:
-    """The micro-batches the V's counts read (`in_flight.v_pieces`), at most 2 pp (where every
-    rank lies on the same piece); 0 without the V placement."""
-    if not layout.v_stages:
-        return 0
-    return min(max(layout.num_microbatches(job.global_batch_size), 1), 2 * layout.pp)
+    return _PEAK_RANKS.get(job.arch, key, make)
 
 
 def _peak_ranks_of(job: Job, layout: Layout, ranks: tuple[Chunks, ...]) -> tuple[int, ...]:
+    if layout.v_stages:
+        return tuple(range(len(ranks)))
     arch = job.arch
-    m = _v_microbatches(job, layout)
     mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
     seen: dict[tuple[object, ...], int] = {}
-    highest: dict[tuple[object, ...], int] = {}
     for r, chunks in enumerate(ranks):
         shape = tuple(arch.kind_counts((c,)) for c in chunks)
         bf16 = bool(bf16_ranges(job, chunks))  # its activations counted at 16 bits
         role: tuple[object, ...] = (shape, r == 0, r == layout.output_rank, r == mtp, bf16)
-        if layout.v_stages:  # the highest rank of each piece of a V's counts too
-            role = (*role, v_pieces(layout.pp, r, m))
-            highest[role] = r
         seen.setdefault(role, r)
-    return tuple(sorted({*seen.values(), *highest.values()}))
+    return tuple(sorted(seen.values()))
 
 
 def state_floor(job: Job, layout: Layout, above: float = math.inf) -> float:

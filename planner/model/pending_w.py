@@ -1,6 +1,9 @@
 """What a torch split backward keeps between a chunk micro-batch's input-gradient part I and its
 weight-gradient part W, beyond the activations its forward saved (which `in_flight` already keeps
-until W): torchtitan's InterleavedZeroBubble (`in_flight.DEFERRED_W`).
+until W): torchtitan's InterleavedZeroBubble, ZBVZeroBubble and DualPipeV
+(`in_flight.SPLIT_BACKWARD`; schedules.py's runtime runs a BACKWARD_INPUT action as
+`backward_one_chunk(full_backward=False)`, a FULL_BACKWARD one, DualPipeV's overlapped backward
+included, as a whole backward that keeps nothing).
 
 Source, pytorch/pytorch torch/distributed/pipelining (the split backward of the torch that
 torchtitan b5bcd76c runs, 00722e64; read at its stored stage.py and _backward.py):
@@ -27,7 +30,13 @@ others their output [t / tp, h]. For a Llama layer (GQA, SwiGLU): 2 t [(h + 2 h_
 
 Not counted here (tests/model/test_pending_w.py's docstring): non-reentrant activation
 checkpointing's recompute under a split backward (torch.utils.checkpoint keys its recomputed
-tensors by graph task, and I and each W group are separate autograd.grad calls)."""
+tensors by graph task, and I and each W group are separate autograd.grad calls). The stored
+_backward.py read (pytorch 060ca5d7, older than 00722e64) enters no GraphExecGroup around
+`stage_backward_input`'s autograd.grad or `stage_backward_weight`'s per-group ones; 00722e64's
+own _backward.py and stage.py were not in the stored sources, so whether a split backward
+recomputes a checkpointed block at I and again at W, keeping what W does not unpack, is not
+established at the version torchtitan b5bcd76c runs and is not counted (an under-count risk
+under activation checkpointing with these schedules)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
 from planner.model.fine_offload import moved, offloading_totals, window_bytes
 from planner.model.fp32 import pipeline_message_bytes
-from planner.model.in_flight import DEFERRED_W, group_size, one_period, schedule_peak
+from planner.model.in_flight import SPLIT_BACKWARD, group_size, one_period, schedule_peak
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import (
     PerLayer,
@@ -246,7 +246,7 @@ def activation_parts(
         te = job.framework != "torchtitan"  # Transformer Engine's exchanges
         cp_bytes = cp_time.exchange_bytes(arch, layout, sh.tokens, te)
     pending: tuple[float, ...] = ()
-    if layout.pp > 1 and schedule_name(job, layout) == DEFERRED_W:
+    if layout.pp > 1 and schedule_name(job, layout) in SPLIT_BACKWARD:
         v = len(chunks)
         pending = chunk_pending(
             arch,

@@ -191,6 +191,31 @@ def rank_order(name: str, pp: int, m: int, rank: int) -> list[Step]:
     raise ValueError(f"not a V schedule: {name}")
 
 
+def held_peak(
+    name: str, pp: int, m: int, rank: int, kept: Sequence[float], pending: Sequence[float]
+) -> float:
+    """The most bytes rank `rank` holds at once in V schedule `name`'s order (`rank_order`),
+    after each action (an overlapped pair's forward first): a chunk-c micro-batch keeps kept[c]
+    from its forward until its whole backward B or its weight-gradient part W, and pending[c]
+    more from its input-gradient part I until its W (`planner.model.pending_w`: torch's
+    `stage.backward_one_chunk(full_backward=False)` runs an I, `backward_weight_one_chunk` its W;
+    a B, DualPipeV's overlapped backward included, runs whole and keeps nothing after it)."""
+    held = peak = 0.0
+    for step in rank_order(name, pp, m, rank):
+        for a in step:
+            if a.kind == "F":
+                held += kept[a.chunk]
+            elif a.kind == "I":
+                held += pending[a.chunk]
+            elif a.kind == "W":
+                held -= kept[a.chunk] + pending[a.chunk]
+            else:
+                held -= kept[a.chunk]
+            if held > peak:
+                peak = held
+    return peak
+
+
 def needs(pp: int, a: VAction, rank: int) -> tuple[str, int, int] | None:
     """What action `a` on `rank` waits for: ("F" or "B", stage, micro), "B" an input gradient
     (a whole backward or its I), or for a W its own I; None for the first stage's forward."""

@@ -1,6 +1,6 @@
 """The activations a rank of torchtitan's InterleavedZeroBubble holds at its peak
 (planner.model.in_flight `in_flight` / `schedule_peak` under `DEFERRED_W`), and the ranks of a V
-schedule that can hold the peak below 2 pp - 1 micro-batches (`v_pieces`, memory's candidates).
+schedule that can hold the peak below 2 pp - 1 micro-batches (memory asks every rank of a V).
 
 Oracle: each rank's actions in torch's order (pytorch/pytorch 00722e64
 torch/distributed/pipelining/schedules.py ScheduleInterleavedZeroBubble, rebuilt in
@@ -24,7 +24,7 @@ from plan_text import titan_job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
 from planner.model import memory
-from planner.model.in_flight import in_flight, schedule_peak, v_in_flight, v_pieces
+from planner.model.in_flight import in_flight, schedule_peak
 from planner.model.looped_order import per_round, rank_order
 from planner.model.torch_schedules import refusal
 from planner.search.rules import check_plan
@@ -82,41 +82,12 @@ def test_pp4_vpp2_m8_by_hand() -> None:
     assert _walk(4, 2, 8, 3, (1.0, 1.0), "I") == 5.0
 
 
-def test_v_pieces_hold_the_peak_at_their_ends() -> None:
-    """Brute force over ranks: among ranks that answer `v_pieces` alike, the most any holds
-    (`v_in_flight`'s moments, random bytes per chunk, each m ZB-V runs up to 2 pp + 1 and
-    DualPipeV from 2 pp) is the lowest's or the highest's; and without the pieces a middle
-    rank can hold more than both ends: pp 5, m 7, chunk 0 keeping 10, chunk 1 1 -- rank 1
-    min(9 - 1, 7) = 7 and 2 (72), rank 2 7 and 3 (73), rank 4 min(5, 7) = 5 and 5 (55) or the
-    steady 2 pp - 4 = 6 and 4 (64)."""
-    rng = random.Random(41)
-    for pp in range(2, 10):
-        for name, ms in (
-            ("ZBVZeroBubble", range(1, 2 * pp + 2)),
-            ("DualPipeV", range(2 * pp, 2 * pp + 3)),
-        ):
-            for m in ms:
-                kept = (rng.uniform(0.1, 10.0), rng.uniform(0.1, 10.0))
-                peaks = [
-                    max(a * kept[0] + b * kept[1] for a, b in v_in_flight(name, pp, r, m))
-                    for r in range(pp)
-                ]
-                pieces: dict[tuple[bool, ...], list[int]] = {}
-                for r in range(pp):
-                    pieces.setdefault(v_pieces(pp, r, m), []).append(r)
-                for ranks in pieces.values():
-                    most = max(peaks[r] for r in ranks)
-                    assert most == max(peaks[ranks[0]], peaks[ranks[-1]]), (name, pp, m)
-    peaks = [max(10 * a + b for a, b in v_in_flight("ZBVZeroBubble", 5, r, 7)) for r in range(5)]
-    assert peaks[1:] == [72, 73, 73, 64]
-
-
 def test_memory_fast_path_finds_a_middle_ranks_peak() -> None:
     """A ZB-V plan (pp 5, torchtitan) whose ranks 1-4 hold a 6-layer chunk 0 and a 1-layer
     chunk 1 ("Et*2|t*6|t*6|t*6|t*6|t|t|t|t|t*2L": stages r and 9 - r on rank r); each m from
     1 to 11 (the global batch, dp 1): the stages `memory.estimate` asks on the search's fast
-    path find the peak of all of them (brute force); at m 7 the peak is on rank 2 or 3 (the
-    hand count above, 7 x 6 + 3 x 1 = 45 and 7 x 6 + 4 x 1 = 46 layers' activations against
+    path find the peak of all of them (brute force); at m 7 the peak is on rank 2 or 3 (in
+    `v_in_flight`'s counts, 7 x 6 + 3 x 1 = 45 and 7 x 6 + 4 x 1 = 46 layers' activations against
     rank 1's 7 x 6 + 2 = 44 and rank 4's max(5 x 6 + 5, 6 x 6 + 4) = 40)."""
     split = 'pipeline_model_parallel_layout = "Et*2|t*6|t*6|t*6|t*6|t|t|t|t|t*2L"\n'
     parallel = f"[parallel]\npp = 5\nvpp = 2\nzero_stage = 0\n{split}"
