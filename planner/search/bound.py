@@ -19,7 +19,6 @@ from planner.model import comms, cost, pools, tp_overlap
 from planner.model.job_memo import JobMemo
 from planner.model.routing_load import least_load_job
 from planner.model.schedule import BUBBLE_TERMS, Chunks, schedule_name, unmerged_share
-from planner.model.stage_offload import offload_exposed
 from planner.model.stage_time import (
     LAYER_TIMES,
     a2a_floor,
@@ -353,48 +352,3 @@ def _plain_stages(job: Job, lay: Layout) -> tuple[int, list[float]]:
         return before + ep_e
 
     return t.m, rank_values(job, lay, t, mix, stage)
-
-
-def variant_bound(job: Job, layout: Layout) -> float | None:
-    """Seconds `cost.estimate(job, layout)` cannot go under, for the layout as it is (its own
-    rung and ZeRO stage; no other layout), cheaper than the estimate: per rank the stage time's
-    terms `cost.estimate` sums, from the same functions on the same layer times (compute and the
-    output layers, recompute, TP, CP, exposed expert all-to-all, exposed host offloading), less
-    the terms that are >= 0 (point-to-point sends, a vision encoder on the first rank), then
-    Megatron's schedule as in `base_bound` (`pipeline_floor`: under 1F1B's and interleaved
-    1F1B's steady state and bubble, `schedule.schedule_bubble`), and the step's
-    least host overhead; the DP sync, optimizer, shared link and the rest only add. Taken less
-    1e-12 of itself (the estimate sums the same terms in another order). None where not claimed:
-    other training codes' schedules, pools (each rank its own pool's job), and Megatron's
-    deferred output-layer weight gradients (they leave the last stage's backward).
-    tests/search/test_bound.py checks it below every variant of its problems' bases."""
-    if job.framework != "megatron" or job.pools or layout.defer_embedding_wgrad_compute:
-        return None
-    m, out = rank_stage_times(job, layout)
-    v = layout.vpp
-    step = pipeline_floor(out, m, v, ordered=True) + cost.step_overhead_s(job)
-    return step * (1 - 1e-12)
-
-
-def rank_stage_times(job: Job, layout: Layout) -> tuple[int, list[float]]:
-    """Micro-batches, and each rank's stage time per micro-batch as `cost.estimate` sums it on
-    one GPU kind, less the terms the rank's layers do not decide (point-to-point sends, a vision
-    encoder on the first rank, deferred output-layer weight gradients): compute and the output
-    layers, recompute, TP, CP, exposed expert all-to-all and exposed host offloading, from the
-    same functions on the same layer times (`variant_bound`'s terms)."""
-    t = layout_times(job, layout)
-    share = comms.ep_sm_share(job.cluster, layout, job.gemm_sm_margin)
-    ranks = layout.chunk_layers(job.arch.num_layers)
-
-    def mix(rank: int, chunks: Chunks) -> tuple[float, float, float, float, float]:
-        mix, heads = rank_mix(job, layout, rank, chunks, t)
-        c, _, _, rec, tp, _, cp, _, ep, ep_s = mix_sums(mix)
-        return c + heads * t.out + rec + tp + cp, c, rec, ep, ep_s
-
-    def stage(rank: int, sums: tuple[float, float, float, float, float]) -> float:
-        before, c, rec, ep, ep_s = sums
-        ep_e, _ = ep_exposed(layout, rank, t.m, ep, c + rec, share, ep_s)
-        # the rank's own: fine-grained offloading's reloads read its place in the pipeline
-        return before + ep_e + offload_exposed(job, layout, rank, ranks[rank], t)
-
-    return t.m, rank_values(job, layout, t, mix, stage)

@@ -1,6 +1,6 @@
 """The pipeline's steady state and fill and drain, from below: what `bound.base_bound`,
-`bound.below` and `bound.variant_bound` add to the stage floors under the schedules whose bubble
-is the stages' whole time (`bound.fill_drain`).
+`bound.below` and `variant_bound.variant_bound` add to the stage floors under the schedules
+whose bubble is the stages' whole time (`bound.fill_drain`).
 
 Below pp micro-batches torch's looped schedules (`looped_order.unfilled`) are timed in their own
 order (`looped_order.looped_step`), which can be shorter than the interleaved closed form where an

@@ -35,7 +35,6 @@ from planner.inputs.plan import Job
 from planner.model import cost, memory, pools
 from planner.model.job_memo import JobMemo
 from planner.model.memory import StageMemory
-from planner.search.bound import rank_stage_times
 from planner.search.pool_bounds import TimeLines
 from planner.search.pool_enum import best_splits
 from planner.search.pool_exact import refine, scorer
@@ -46,6 +45,7 @@ from planner.search.pool_plan import PoolPlan, apply
 from planner.search.pool_tails import TailFloor, tail_floor
 from planner.search.rules import violations
 from planner.search.solver import Grid, PoolSplitProblem
+from planner.search.variant_bound import rank_stage_times
 
 MIB = 2**20
 RESOLVE_TRIES = 4
@@ -287,9 +287,9 @@ def floor_lines(job: Job, layout: Layout) -> TimeLines | None:
     itself for rounding) bounds the exact lines' too, the step only growing with each stage
     time, and so does `lower_bound_s` of the exact lines but for the simplex's rounding.
 
-    A rank's stage time at the two sample counts, as `bound.rank_stage_times` sums it from the
-    layer times, leaves out only terms that are >= 0 and the same at both counts (its sends, a
-    vision encoder): its line through them has the exact line's slope and no more than its
+    A rank's stage time at the two sample counts, as `variant_bound.rank_stage_times` sums it
+    from the layer times, leaves out only terms that are >= 0 and the same at both counts (its
+    sends, a vision encoder): its line through them has the exact line's slope and no more than its
     intercept (where `time_lines` holds the rank's sends at its own pool's hop, >= 0; the
     boundary terms are `time_lines`' own). `time_lines` rounds both to the microsecond (by 1/2
     at most); here 1 us less, rounded down. None for other training codes than Megatron, or

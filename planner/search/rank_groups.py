@@ -46,21 +46,27 @@ def rank_values(
     t: LayoutTimes,
     mix: Callable[[int, Chunks], _Sums],
     value: Callable[[int, _Sums], float],
+    ranked: bool | None = None,
 ) -> list[float]:
     """`value(rank, mix(rank, chunks))` of each pipeline rank, in rank order: `mix`, what the
     rank's value reads of its mix, computed once per group of ranks that run the same mix
     (`_rank_groups`); `value` once per group too, and repeated for the others, but with
     Megatron's EP overlap or fine-grained offloading, where a rank's value reads its rank beyond
     its mix (its unmerged share, `stage_time.ep_exposed`; its reloads' wait on the copies out,
-    `stage_offload.fine_offload_exposed`), once per rank on its group's mix. The same list, bit for
-    bit, as one call of each per rank (tests/search/test_stage_rungs.py), so its max and its sum
-    are too. With bf16 layers (where they fall in a rank's chunks) one call of each per rank."""
+    `stage_offload.fine_offload_exposed`), once per rank on its group's mix. `ranked`: whether
+    `value` reads the rank beyond its mix, where the caller knows (a value without the
+    offloading's waits does not under fine-grained offloading); None: it does under either. The
+    same list, bit for bit, as one call of each per rank (tests/search/test_stage_rungs.py), so
+    its max and its sum are too. With bf16 layers (where they fall in a rank's chunks) one call
+    of each per rank."""
     chunks = lay.chunk_layers(job.arch.num_layers)
     if job.quantised and (job.bf16_layers_at_start or job.bf16_layers_at_end):
         return [value(rank, mix(rank, c)) for rank, c in enumerate(chunks)]
     firsts, group = _rank_groups(job, lay, t, chunks)
     mixes = [mix(rank, chunks[rank]) for rank in firsts]
-    if lay.ep_comm_overlap or lay.offload_modules:
+    if ranked is None:
+        ranked = lay.ep_comm_overlap or bool(lay.offload_modules)
+    if ranked:
         return [value(rank, mixes[g]) for rank, g in enumerate(group)]
     values = [value(rank, sums) for rank, sums in zip(firsts, mixes, strict=True)]
     return [values[g] for g in group]

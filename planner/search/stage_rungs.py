@@ -5,12 +5,12 @@ fit, found with as few step-time estimates as that takes (`StageRungs.fastest`).
 Of the rungs that fit a stage, one is kept: the fastest. Most stages the search reaches keep
 none that makes the top K, every rung that fits being slower than the K-th best time so far; an
 exact estimate of each says so, but a lower bound on each rung's step time
-(`bound.variant_bound`, from its layer times without the DP sync, optimizer and pipeline sends)
-mostly says it first. So the rungs that fit are taken in order of that bound and estimated only
-while the bound is at most the fastest time found and not above the K-th best: the stage's
-fastest (the first of equals) and the stages that keep nothing come out as if every rung had been
-estimated (tests/search/test_stage_rungs.py checks the pick against that plain minimum,
-tests/search/test_top_k.py the search against a brute force).
+(`variant_bound.variant_bound`, from its layer times without the DP sync, optimizer and
+pipeline sends) mostly says it first. So the rungs that fit are taken in order of that bound and
+estimated only while the bound is at most the fastest time found and not above the K-th best:
+the stage's fastest (the first of equals) and the stages that keep nothing come out as if every
+rung had been estimated (tests/search/test_stage_rungs.py checks the pick against that plain
+minimum, tests/search/test_top_k.py the search against a brute force).
 
 Most rungs whose memory is asked do not fit, and most of those are over on the stage of one
 rank, the one nearest the capacity in the stage's last estimate: a single rung's memory is asked
@@ -20,6 +20,7 @@ over (tests/search/test_search_setup_memo.py: the same answers as the estimate's
 
 from __future__ import annotations
 
+import heapq
 import math
 from collections import Counter
 from collections.abc import Callable
@@ -30,9 +31,9 @@ from planner.inputs.plan import Job
 from planner.model import buffers, cost, memory, titan_accumulation
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
-from planner.search.bound import variant_bound
 from planner.search.rungs import Ladder, Rung, Saved, saved, saves_more
 from planner.search.twins import same_time
+from planner.search.variant_bound import offloads, variant_bound
 
 
 def slower(t: float, cut: float) -> bool:
@@ -58,6 +59,8 @@ class StageRungs:
     over: dict[Rung, float] = field(default_factory=dict)
     """Each memory-estimated rung's bytes over the capacity."""
     bounds: dict[Rung, float] = field(default_factory=dict)
+    cheap: dict[Rung, float] = field(default_factory=dict)
+    """Each rung's bound without its exposed host offloading (`bound`), where it offloads."""
     misfits: list[Saved] = field(default_factory=list)
     """What `rungs.covers` reads (`rungs.saved`) of each rung known not to fit."""
     hot: int = 0
@@ -180,15 +183,20 @@ class StageRungs:
         what = saved(rung) if self.misfits else None
         return what is not None and any(saves_more(m, what) for m in self.misfits)
 
-    def bound(self, rung: Rung) -> float:
+    def bound(self, rung: Rung, offload: bool = True) -> float:
         """Seconds the rung's step time is at least: its exact time where estimated, else
-        `bound.variant_bound` (-inf where that claims none)."""
+        `variant_bound.variant_bound` (-inf where that claims none); `offload` False, the
+        cheaper one without the exposed host offloading (no more than the other: `fastest`
+        asks it first)."""
         if rung in self.timed:
             return self.timed[rung].step_time_s
-        if rung not in self.bounds:
-            b = variant_bound(self.job, self.layout_of(rung))
-            self.bounds[rung] = -math.inf if b is None else b
-        return self.bounds[rung]
+        whole = offload or not offloads(self.layout_of(rung))
+        known = self.bounds.get(rung) if whole else self.cheap.get(rung)
+        if known is None:
+            b = variant_bound(self.job, self.layout_of(rung), whole)
+            known = -math.inf if b is None else b
+            (self.bounds if whole else self.cheap)[rung] = known
+        return known
 
     def smallest(self, ladder: Ladder, hi: int) -> int | None:
         """The ladder's smallest n up to `hi` that fits (`smallest_fitting`), remembering under
@@ -207,15 +215,25 @@ class StageRungs:
         """The fastest of `rungs` that fits (the first of equals in their order); None where
         none fits, or where the fastest is above `limit` (`slower`: it cannot make the top K).
 
-        They are taken in order of their bound (`bound`): a rung's memory is estimated (where
-        not yet), and its step time where it fits; once the next bound exceeds the fastest time
-        found no rung left is as fast, so none is the first of equals either, and once it is
-        above `limit` none left makes the top K."""
-        order = sorted((self.bound(r), i) for i, r in enumerate(rungs))
+        They are taken in order of their bound (`bound`), each first by its cheaper bound
+        (without the host offloading's exposed seconds, no more than the whole one) and by the
+        whole one once that is the least left (a best-first walk over bounds that only grow
+        as they are refined, so the rungs reach the estimate in order of their whole bound):
+        a rung's memory is estimated (where not yet), and its step time where it fits; once
+        the least bound left exceeds the fastest time found no rung left is as fast, so none is
+        the first of equals either, and once it is above `limit` none left makes the top K."""
+        heap = [
+            (self.bound(r, False), not offloads(self.layout_of(r)), i) for i, r in enumerate(rungs)
+        ]
+        heapq.heapify(heap)
         pick: tuple[float, int] | None = None
-        for b, i in order:
+        while heap:
+            b, whole, i = heapq.heappop(heap)
             if (pick is not None and b > pick[0]) or (limit is not None and slower(b, limit)):
                 break
+            if not whole:  # the whole bound, back in its place
+                heapq.heappush(heap, (self.bound(rungs[i]), True, i))
+                continue
             if self.fits(rungs[i]) is not None:
                 t = self.time_of(rungs[i]).step_time_s
                 pick = min(pick or (t, i), (t, i))

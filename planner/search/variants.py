@@ -19,6 +19,7 @@ from planner.model import cost, host_memory, memory
 from planner.model.memory import MemoryReport
 from planner.model.performance import Performance
 from planner.model.stage_time import layout_times
+from planner.search import dp_floor
 from planner.search.bound import Floors, base_bound, below
 from planner.search.rungs import FULL, NONE, Rung, leaner_first, leanest
 from planner.search.space import Base, Space, zero_stages
@@ -152,7 +153,9 @@ def best_variants(
         if lean_fails.get(stage.lean_key, math.inf) <= mbs or stage.failed():
             rejected["memory"] += 1
             continue
-        if limit is not None and _plain_slower(stage, pays_for, limit):
+        if limit is not None and (
+            _sync_slower(job, base, floor, zbase, limit) or _plain_slower(stage, pays_for, limit)
+        ):
             continue  # every rung is slower than none here (a later stage may be faster)
         plain = stage.fits(NONE) if NONE in single else None
         if plain is not None:
@@ -340,6 +343,17 @@ def overlap_pays(job: Job, base: Layout, full: bool = False) -> bool:
         return True
     layers = layout_times(job, (FULL if full else NONE).on(base)).layers
     return all(k.tp <= k.tp_plain for k in layers)
+
+
+def _sync_slower(job: Job, base: Layout, floor: Floors | None, zbase: Layout, limit: float) -> bool:
+    """Whether no rung of the ZeRO stage `zbase` can make the top K under `limit` by the base's
+    bound (`base_bound`, whose pipeline no rung goes under) plus the stage's DP sync and
+    optimizer floor (`dp_floor.sync_floor`, whose docstring proves the sum; ZeRO 2 and 3 alone,
+    `dp_floor.applies`): asked before the stage's estimate without memory savers."""
+    if not dp_floor.applies(job, zbase):
+        return False
+    step = base_bound(job, base, floor) + dp_floor.sync_floor(job, zbase)
+    return slower(step * (1 - 1e-12), limit)  # the estimate sums its terms in another order
 
 
 def _plain_slower(stage: StageRungs, pays: Callable[[], bool], limit: float) -> bool:

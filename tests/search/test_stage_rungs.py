@@ -1,8 +1,8 @@
 """planner.search.stage_rungs and the bounds it reads, each against its oracle:
-`bound.variant_bound` against the exact model (`cost.estimate`) on every rung and ZeRO stage of
-sampled bases; `rank_groups.rank_values` (a rank's mix once per group of ranks with the same
-mix, its value once per group or, under the EP overlap, per rank) against one call per rank, bit
-for bit;
+`variant_bound.variant_bound` against the exact model (`cost.estimate`) on every rung and ZeRO
+stage of sampled bases, and its cheaper form without the exposed host offloading against it;
+`rank_groups.rank_values` (a rank's mix once per group of ranks with the same mix, its value
+once per group or, under the EP overlap, per rank) against one call per rank, bit for bit;
 `StageRungs.fastest` (rungs estimated in order of their bound, while they may be the fastest)
 against the plain minimum over every rung that fits, each estimated. The search's answers
 themselves: tests/search/test_top_k.py's brute force."""
@@ -18,11 +18,11 @@ from planner.inputs.plan import Job
 from planner.model import comms, cost, memory
 from planner.model.stage_offload import offload_exposed
 from planner.model.stage_time import LayoutTimes, ep_exposed, layout_times, mix_sums, rank_mix
-from planner.search import bound as bounds
 from planner.search import rank_groups, rungs
 from planner.search import space as space_mod
 from planner.search.space import Space, Structure
 from planner.search.stage_rungs import StageRungs
+from planner.search.variant_bound import offloads, variant_bound
 from tests.search.brute_force import PROBLEMS, make_job, sample_layouts
 
 NAMES = [
@@ -69,10 +69,16 @@ def test_variant_bound_below_every_variant(name: str) -> None:
     checked = 0
     for base in bases:
         for lay in _variants(job, space, base, 3):
-            b = bounds.variant_bound(job, lay)
+            b = variant_bound(job, lay)
             exact = cost.estimate(job, lay).step_time_s
             assert b is None or b <= exact, (lay.describe(), b, exact)
             checked += b is not None
+            # without the offloading's waits: no more than the whole bound, the same where the
+            # layout offloads nothing (the term it leaves out is 0 there)
+            cheap = variant_bound(job, lay, offload=False)
+            assert (cheap is None) == (b is None)
+            if cheap is not None and b is not None:
+                assert cheap == b if not offloads(lay) else cheap <= b, lay.describe()
     assert checked > 0
 
 
@@ -104,6 +110,10 @@ def test_rank_values_are_one_call_per_rank(name: str) -> None:
             per_rank = [own(r, value(r, c)) for r, c in ranks]
             got = rank_groups.rank_values(job, lay, t, value, own)
             assert got == per_rank, lay.describe()
+            # a value that reads its mix alone, said so: once per group, the same list
+            plain = [value(r, c) for r, c in ranks]
+            alike = rank_groups.rank_values(job, lay, t, value, lambda r, v: v, ranked=False)
+            assert alike == plain, lay.describe()
             # a value that reads the rank beyond its mix (the EP overlap's unmerged share)
             share = comms.ep_sm_share(job.cluster, lay, job.gemm_sm_margin)
 
