@@ -120,5 +120,16 @@ def padding(job: Job, lay: Layout) -> Padding:
         return Padding(pairs=local * (a - 1) / lay.expert_tp)  # DeepEP: at the destination
     if _hybridep(lay):  # aligns in its own dispatch (pad_multiple, token_dispatcher.py:1142-1163,
         # fused_a2a.py:563-565): the same rows, and no copy in the experts
-        return Padding(pairs=local * (a - 1) / lay.expert_tp)
+        cf = job.moe_expert_rank_capacity_factor
+        if cf is None:
+            return Padding(pairs=local * (a - 1) / lay.expert_tp)
+        # under a rank budget the padded rows sit inside it, the budget k x T x cf rounded up
+        # to a multiple of a (token_dispatcher.py:1098-1110)
+        budget = int(job.arch.moe_router_topk * _rank_tokens(job, lay) * cf)
+        return Padding(pairs=(-budget) % a)
     return Padding(pairs=local * (a - 1) / lay.expert_tp, experts_pad=True)
+
+
+def _rank_tokens(job: Job, lay: Layout) -> float:
+    """Tokens one GPU routes per micro-batch (`moe_activations.pairs`' T / tp, with CP's share)."""
+    return job.seq_length // lay.cp * lay.micro_batch_size / lay.tp
