@@ -86,6 +86,7 @@ BASELINES = {
     "llama3.1-405b": Baseline(
         "llama3_70b", HEAD_CONTEXT["llama3.1-405b"], "./assets/hf/Llama-3.1-405B"
     ),
+    "deepseek-v2-lite": Baseline("deepseek_v3_16b", HEAD_CONTEXT["deepseek-v2-lite"]),
     "deepseek-v3": Baseline("deepseek_v3_671b", HEAD_CONTEXT["deepseek-v3"]),
     "qwen3-30b-a3b": Baseline("qwen3_30b_a3b", HEAD_CONTEXT["qwen3-30b-a3b"]),
     "qwen3-235b-a22b": Baseline(

@@ -138,7 +138,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         dp=dp,
         cp=section.cp,
         ep=section.ep,
-        etp=section.etp,
+        etp=_expert_tp(job, section),
         vpp=vpp,
         sequence_parallel=sp,
         micro_batch_size=section.micro_batch_size,
@@ -183,6 +183,19 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
     _rank_order(job, layout, where)
     _p2p_overlap(job, section, where)
     return _torchtitan_recompute(job, section, layout, where)
+
+
+def _expert_tp(job: Job, section: ParallelSection) -> int | None:
+    """`etp` as written, else the training code's default: Megatron's follows tp (`Layout.etp`
+    None); torchtitan's is 1 wherever EP is on: e347b1e5 config/job_config.py:464
+    `expert_tensor_parallel_degree: int = 1` (EP then takes the TP ranks: efsdp = dp_shard x cp
+    x tp / (etp x ep), distributed/parallel_dims.py:138), and b5bcd76c has no expert TP at all
+    (its sparse region is dp_shard x cp x tp, parallel_dims.py:187-192; efsdp = fsdp x tp / ep,
+    :282). Without EP torchtitan shards the experts over the whole tp mesh: tp (None) there
+    (`rules.torchtitan.experts`)."""
+    if section.etp is None and job.framework == "torchtitan" and section.ep > 1:
+        return 1
+    return section.etp
 
 
 def _recompute_modules(section: ParallelSection, where: str) -> tuple[RecomputeModule, ...]:

@@ -156,7 +156,9 @@ def parallel_table(job: Job, layout: Layout) -> dict[str, Any]:
         "dp": layout.dp,
         "cp": layout.cp,
         "ep": layout.ep,
-        "etp": layout.etp,
+        # torchtitan reads a missing etp as 1 where EP is on (`plan_layout._expert_tp`): one
+        # that follows tp is written out
+        "etp": layout.expert_tp if job.framework == "torchtitan" and layout.ep > 1 else layout.etp,
         "vpp": layout.vpp,
         "sequence_parallel": layout.sequence_parallel,
         "tp_comm_overlap": layout.tp_comm_overlap,

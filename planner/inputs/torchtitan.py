@@ -9,7 +9,8 @@ a Python config registry):
   (distributed/parallel_dims.py `_validate`); fsdp_reshard_after_forward "default" | "always" |
   "never"; enable_async_tensor_parallel ("currently only effective when compile is enabled");
   pipeline_parallel_schedule a torch.distributed.pipelining schedule name;
-  expert_tensor_parallel_degree 1 or tp (parallel_dims.py asserts); expert_parallel_comm_backend
+  expert_tensor_parallel_degree 1 (its default, :464; a plan without etp reads so wherever EP is
+  on) or tp (parallel_dims.py asserts); expert_parallel_comm_backend
   "standard" | "deepep".
 - `ActivationCheckpoint.mode` "selective" | "full" | "memory_budget" | "none";
   selective_ac_option "op" (per-op SAC) or an integer N: every N-th layer checkpointed whole
@@ -64,6 +65,7 @@ MODELS: dict[str, tuple[str, str]] = {
     "llama3.1-8b": ("llama3", "8B"),
     "llama3.1-70b": ("llama3", "70B"),
     "llama3.1-405b": ("llama3", "405B"),
+    "deepseek-v2-lite": ("deepseek_v3", "16B"),
     "deepseek-v3": ("deepseek_v3", "671B"),
     "qwen3-30b-a3b": ("qwen3", "30B-A3B"),
     "qwen3-235b-a22b": ("qwen3", "235B-A22B"),
@@ -77,7 +79,14 @@ MODELS: dict[str, tuple[str, str]] = {
 (models/llama4/__init__.py:38-60) are not HF Scout / Maverick (no RoPE-less layers, no q/k norm):
 their own zoo entries; models/llama4 is gone from the Python configurations' torchtitan
 (deprecated in d92336fe, before b5bcd76c), so only the TOML target writes them
-(`planner.emit.torchtitan_module.BASELINES` has none)."""
+(`planner.emit.torchtitan_module.BASELINES` has none). DeepSeek-V3's "16B" (e347b1e5
+models/deepseek_v3/__init__.py:78-102, b5bcd76c :389-456) is DeepSeek-V2-Lite's shape: 27 layers
+of dim 2048, the first dense (10944), 16 MLA heads (q_lora_rank 0, kv_lora_rank 512, qk 128 +
+rope 64, v 128), 64 routed experts of 1408, top 6, softmax without route norm, 2 shared (one FFN
+of 2 x 1408), vocabulary 102400, the output untied; like every torchtitan MoE flavor
+(load_balance_coeff 1e-3: e347b1e5 torchtitan models moe moe.py:38, b5bcd76c models/common
+moe.py:362) it keeps a per-expert bias that the zoo's V2-Lite, like its Qwen3 entries, leaves
+out (one fp32 value per expert, not a shape field that is read)."""
 
 NOT_SHAPE = frozenset(
     {
@@ -148,6 +157,7 @@ HEAD_CONTEXT: dict[str, int] = {
     "llama3.1-8b": 131_072,
     "llama3.1-70b": 131_072,
     "llama3.1-405b": 131_072,
+    "deepseek-v2-lite": 16_384,  # DeepSeek-V3 16B's (b5bcd76c deepseek_v3/__init__.py:428)
     "deepseek-v3": 16_384,
     "qwen3-30b-a3b": 40_960,
     "qwen3-235b-a22b": 40_960,

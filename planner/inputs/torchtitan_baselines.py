@@ -105,6 +105,20 @@ BASELINES = {
         parallelism=_parallelism(tensor_parallel_degree=8),
         compile=Record("CompileConfig", (), {"enable": True, "enable_async_tensor_parallel": True}),
     ),
+    "deepseek_v3_16b": _baseline(
+        "deepseek_v3",
+        "141-173",
+        "16B",
+        4 * 4096,
+        4096,
+        "SelectiveAC",
+        {"attn_backend": "flex"},
+        parallelism=_parallelism(
+            pipeline_parallel_schedule="Interleaved1F1B", expert_parallel_degree=8
+        ),
+        graphs_off=True,
+        compile=Record("CompileConfig", (), {"enable": True, "components": ["loss"]}),
+    ),
     "deepseek_v3_671b": _baseline(
         "deepseek_v3",
         "209-245",

@@ -150,9 +150,9 @@ ERA = f"torchtitan {TORCHTITAN_COMMIT[:8]}"
 NO_CONTEXT_PARALLEL = {
     "gpt_oss": "models/gpt_oss/model/args.py:89-92 raises 'CP support for gpt-oss model is still "
     "in progress'",
-    "deepseek_v3": "its 671B flavor runs flex attention (models/deepseek_v3/__init__.py), and "
-    "models/deepseek_v3/model/args.py:101-109 raises 'Context Parallel only supports SDPA "
-    "attention'",
+    "deepseek_v3": "its 16B and 671B flavors run flex attention (models/deepseek_v3/"
+    "__init__.py:100, :154), and models/deepseek_v3/model/args.py:101-109 raises 'Context "
+    "Parallel only supports SDPA attention'",
 }
 """e347b1e5's models whose flavor refuses context parallelism: what the reader refuses of a TOML
 and the TOML launch target of a plan (`planner.emit.torchtitan.era_refusal`)."""

@@ -6,7 +6,8 @@ each layer waits for the group's busiest rank: its time follows the largest of t
 loads, layer by layer, not their average.
 
 - **One expert-parallel rank** (ep = 1): each rank runs every expert on its own tokens, exactly
-  top_k copies of each. Load 1.
+  top_k copies of each. Load 1; in memory under torchtitan its copies with the rows its grouped
+  GEMMs are padded by (`titan_local_load`).
 - **Learned routing** (dropless, balanced by an auxiliary loss or expert biases): some experts stay
   busier than others. Each expert's share of the routed copies spreads EXPERT_LOAD_SPREAD (s / mu)
   about the even share; a rank holding m = E / ep experts carries their mean, which spreads
@@ -231,12 +232,41 @@ def node_load(job: Job, lay: Layout, nodes: int, share: float | None = None) -> 
     return _capped(job, learned_routing_load(job.arch.num_moe_experts or 1, units), budget)
 
 
+TITAN_GROUP_ALIGN = 8
+"""Rows torchtitan e347b1e5 aligns each expert's token group to before its grouped GEMMs
+(torchtitan models moe utils.py:15 TOKEN_GROUP_ALIGN_SIZE_M, bf16: 16 bytes of 2-byte values)."""
+TITAN_FLOAT8_GROUP_ALIGN = 16
+"""The same alignment where the grouped float8 converter runs the experts (`[torchtitan]
+float8_experts`): components/quantization/__init__.py:17 FP8_GROUP_ALIGNMENT_SIZE, set at
+float8.py:202 (16 bytes of 1-byte values)."""
+
+
+def titan_local_load(job: Job, lay: Layout) -> float:
+    """torchtitan's expert rows over the rank's routed copies without expert parallelism, a bound
+    on both its eras. Each rank reorders its own T x k copies (T: the micro-batch's tokens per
+    context-parallel rank, whole under TP, where the experts are tensor-parallel), no dropping
+    and no all-to-all. b5bcd76c's LocalTokenDispatcher keeps exactly T x k rows (models/common
+    token_dispatcher.py:92-100, :129-139); e347b1e5 pads first (its models moe moe.py:166-175
+    `indices_padding_wrapper` wherever the experts have no ep mesh): utils.py:42-59 `_permute`
+    gathers round_up(T k + E a, a) rows, E experts of a (`TITAN_GROUP_ALIGN`, 16 for float8
+    experts) rows of room each. That size is fixed by the shapes, not the routing, so the bound
+    is exact at e347b1e5."""
+    experts = job.arch.num_moe_experts or 1
+    rows = job.arch.moe_router_topk * lay.micro_batch_size * job.seq_length / lay.cp
+    align = TITAN_FLOAT8_GROUP_ALIGN if job.titan.float8_experts else TITAN_GROUP_ALIGN
+    padded = math.ceil((rows + experts * align) / align) * align
+    return padded / rows
+
+
 def memory_load(job: Job, lay: Layout) -> float:
     """The same load for memory, a bound rather than an expectation (module docstring):
     MEMORY_TAIL_SIGMAS spreads above the even share under forced balance over more than one
-    expert-parallel rank (torchtitan's round robin: its exact load, `titan_load`, no tail), else
-    the planning value MOE_LOAD_IMBALANCE (also with one rank, where the calibrated memory rows
-    take it)."""
+    expert-parallel rank (torchtitan's round robin: its exact load, `titan_load`, no tail),
+    torchtitan's own rows without EP (`titan_local_load`: every rank its own copies, padded),
+    else the planning value MOE_LOAD_IMBALANCE (also with one rank under Megatron, where the
+    calibrated memory rows take it)."""
+    if job.framework == "torchtitan" and lay.ep <= 1:
+        return _capped(job, titan_local_load(job, lay))
     if _round_robin(job) and lay.ep > 1:
         return _capped(job, titan_load(job, lay, lay.ep))
     if job.moe_router_force_load_balancing and lay.ep > 1:

@@ -128,8 +128,10 @@ def _candidates(job: Job, lay: Layout) -> Iterator[tuple[int, str, object, Layou
     for pp, reshaped in other_pps(job, lay):
         yield 8, "pp", pp, reshaped and _titan_zero(job, reshaped)
     experts = job.arch.num_moe_experts or 1
+    # a plan's ep raised from 1 under torchtitan reads its etp as 1 (`plan_layout._expert_tp`)
+    ep_etp = 1 if job.framework == "torchtitan" and lay.etp is None else lay.etp
     for ep in (e for e in range(lay.ep + 1, experts + 1) if experts % e == 0):
-        yield 9, "ep", ep, lay.with_(ep=ep)
+        yield 9, "ep", ep, lay.with_(ep=ep, etp=ep_etp)
     if job.arch.is_moe:  # each other expert tp the stage's ranks leave room for beside ep:
         # more splits each expert's weights, less leaves more expert-data-parallel ranks to
         # shard their optimizer over
