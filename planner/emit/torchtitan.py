@@ -258,7 +258,7 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
     if job.arch.is_moe and job.moe_router_force_load_balancing:  # round-robin routing
         out.setdefault("debug", {})["moe_force_load_balance"] = True
     if job.precision == "fp8":
-        model["converters"] = [FLOAT8[0]]  # e347b1e5's registry name
+        model["converters"] = [FLOAT8]  # e347b1e5's registry name
         float8: dict[str, Any] = {
             "enable_fsdp_float8_all_gather": titan.float8_all_gather,
             "precompute_float8_dynamic_scale_for_fsdp": titan.float8_all_gather,

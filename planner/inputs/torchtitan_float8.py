@@ -1,8 +1,8 @@
 """torchtitan e347b1e5's float8 converters in a job config TOML (for
 `planner.inputs.torchtitan_config`; the Python configuration reader,
 `planner.inputs.torchtitan_tables`, shares the names and messages): `model.converters` names
-the converters of e347b1e5's registry (`FLOAT8`: its float8 linear converter, and the name
-torchtitan registered it under before 8a2686c4; `GROUPED_FLOAT8`, its grouped-GEMM float8
+the converters of e347b1e5's registry (`FLOAT8`: its float8 linear converter, its name before
+8a2686c4 refused, `OLD_FLOAT8`; `GROUPED_FLOAT8`, its grouped-GEMM float8
 converter of the MoE's routed experts, beside it, `float8_experts` reading its fqns, which
 e347b1e5 asserts without pipelining and context parallelism: `grouped_float8_problem`);
 `float8_filter` reads the linear converter's filter_fqns (an MoE router's gate left to float8 is
@@ -16,11 +16,16 @@ from planner.inputs.errors import InputError, spelled
 from planner.inputs.torchtitan import ROUTER_GATE
 from planner.inputs.torchtitan_toml import ERA
 
-FLOAT8 = ("quantize.linear.float8", "float8")
+FLOAT8 = "quantize.linear.float8"
 """The float8 linear converter: e347b1e5's registered name
-(torchtitan/components/quantization/float8.py `register_model_converter`), and its name before
-pytorch/torchtitan 8a2686c4 (2025-09-30), which torchtitan's own TOMLs kept. Its MX converters
+(torchtitan/components/quantization/float8.py:238 `register_model_converter`). Its MX converters
 are not modelled."""
+
+OLD_FLOAT8 = "float8"
+"""The float8 linear converter's name before pytorch/torchtitan 8a2686c4 (2025-09-30): no key of
+e347b1e5's registry (float8.py:238-239 and mx.py:171-172 register quantize.linear.float8,
+quantize.grouped_mm.float8, quantize.linear.mx and quantize.grouped_mm.mx), so its
+ModelConvertersContainer raises KeyError (protocols/model_converter.py:61-63): refused."""
 
 GROUPED_FLOAT8 = "quantize.grouped_mm.float8"
 """e347b1e5's grouped-GEMM float8 converter (float8.py:176-239, registered at :239): the MoE's
@@ -35,20 +40,27 @@ contains it (float8.py:221-225)."""
 
 def precision(converters: list[Any], where: str) -> str:
     """fp8 where `model.converters` holds the float8 linear converter, else bf16; the grouped
-    float8 converter is read beside it only (`float8_experts`), another converter is refused."""
-    other = [c for c in converters if c not in (*FLOAT8, GROUPED_FLOAT8)]
+    float8 converter is read beside it only (`float8_experts`), another converter is refused,
+    the old name (`OLD_FLOAT8`) with the registered one."""
+    if OLD_FLOAT8 in converters:
+        raise InputError(
+            f"{where}: model.converters: {spelled(OLD_FLOAT8)}: {ERA} registers no "
+            f"converter by that name (its name before 8a2686c4) and raises KeyError building the "
+            f"converters (protocols/model_converter.py:61-63): write {FLOAT8!r} "
+            "(components/quantization/float8.py:238)"
+        )
+    other = [c for c in converters if c not in (FLOAT8, GROUPED_FLOAT8)]
     if other:
         raise InputError(
             f"{where}: model.converters: {spelled(other[0])}: planner models torchtitan's float8 "
-            f"linear converter ({', '.join(FLOAT8)}) and, beside it, its grouped one "
-            f"({GROUPED_FLOAT8})"
+            f"linear converter ({FLOAT8}) and, beside it, its grouped one ({GROUPED_FLOAT8})"
         )
-    linear = any(c in FLOAT8 for c in converters)
+    linear = FLOAT8 in converters
     if GROUPED_FLOAT8 in converters and not linear:
         raise InputError(
             f"{where}: model.converters: {spelled(converters)}: the routed experts in float8 "
             f"({GROUPED_FLOAT8}) and every other linear layer in bf16 is not modelled: add "
-            f"{FLOAT8[0]!r} (in a Python configuration, Float8LinearConverter)"
+            f"{FLOAT8!r} (in a Python configuration, Float8LinearConverter)"
         )
     return "fp8" if linear else "bf16"
 
@@ -104,6 +116,7 @@ def float8_experts(where: str, layers: list[int], fqns: Any) -> bool:
 
 _ATTENTION = ("attention.wq", "attention.wk", "attention.wv", "attention.wo")
 _FFN = ("feed_forward.w1", "feed_forward.w2", "feed_forward.w3")
+_SHARED = ("moe.shared_experts.w1", "moe.shared_experts.w2", "moe.shared_experts.w3")
 DECODER_LINEARS = {
     "llama3": (*_ATTENTION, *_FFN),
     "qwen3": _ATTENTION,
@@ -111,15 +124,18 @@ DECODER_LINEARS = {
     "deepseek_v3": (
         *("attention.wq_a", "attention.wq_b", "attention.wkv_a", "attention.wkv_b", "attention.wo"),
         *_FFN,
-        *("moe.shared_experts.w1", "moe.shared_experts.w2", "moe.shared_experts.w3"),
+        *_SHARED,
     ),
+    "llama4": (*_ATTENTION, *_FFN, *_SHARED),
 }
 """The nn.Linear modules of a decoder layer at e347b1e5 (models/<name>/model/model.py, the MoE's
 shared experts models/moe/moe.py), each under layers.<i>: what float8 converts. The MoE's routed
 experts are grouped GEMMs, not nn.Linear (`float8_experts`); its router's gate
 (`moe.router.gate`, which torchtitan's own TOMLs filter) is read apart (`float8_filter`).
-deepseek_v3's dense (feed_forward) and MoE (shared_experts) modules are listed for every
-layer."""
+deepseek_v3's and llama4's dense (feed_forward) and MoE (shared_experts) modules are listed for
+every layer (llama4: models/llama4/model/model.py:206-211 wq wk wv wo, :332-334 and
+models/moe/moe.py:63-65 w1 w2 w3, :445-446 the shared experts; an MoE layer every
+interleave_moe_layer_step, model.py:387, 1 in 17bx16e, 2 in 17bx128e)."""
 
 
 def float8_filter(
@@ -143,7 +159,13 @@ def float8_filter(
             f'{where}: {field}: "auto_filter_small_kn": torchao\'s size-based filter '
             "(float8.py:108-141) chooses the linears by their shapes, which planner does not model"
         )
-    decoder = [f"layers.{i}.{m}" for i in range(num_layers) for m in DECODER_LINEARS[name]]
+    linears = DECODER_LINEARS.get(name)
+    if linears is None:
+        raise InputError(
+            f"{where}: model.name: {spelled(name)}: planner does not know which nn.Linear "
+            f"modules {field} filters in this model (it knows {', '.join(DECODER_LINEARS)})"
+        )
+    decoder = [f"layers.{i}.{m}" for i in range(num_layers) for m in linears]
     kept = [q for q in decoder if any(f in q for f in fqns)]
     notes: list[tuple[str, str]] = []
     if kept and len(kept) < len(decoder):

@@ -19,7 +19,13 @@ from planner.inputs.torchtitan_baselines import (
     Unread,
     lookup,
 )
-from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED, EXPERT_FQNS, GROUPED_FLOAT8, gate_note
+from planner.inputs.torchtitan_float8 import (
+    DEEPEP_GROUPED,
+    EXPERT_FQNS,
+    FLOAT8,
+    GROUPED_FLOAT8,
+    gate_note,
+)
 
 
 class Document:
@@ -231,7 +237,7 @@ class Document:
                     f"{self.where}: config.model_spec: converters: planner reads torchtitan's "
                     f"Float8LinearConverter and Float8GroupedExpertsConverter (got {name})"
                 )
-            names.append("float8")
+            names.append(FLOAT8)
             recipe = self.kwarg(conv, "recipe_name", "rowwise", f"{field}: recipe_name")
             emulate = self.kwarg(conv, "emulate", False, f"{field}: emulate")
             refusals.float8_emulate(self.where, f"{field}: emulate", emulate)

@@ -18,13 +18,14 @@ Routed experts run as one grouped GEMM whose experts are each padded to the kern
 (`grouped_rows`; DeepGEMM's contiguous layout, CUTLASS / cuBLAS Hopper grouped kernels). FP8
 quantises each GEMM operand at FP8_QUANT_BYTES per element by Megatron --fp8-recipe (Transformer
 Engine's quantisers; DeepSeek-V3's blockwise scaling; Blackwell's MXFP8), and NVFP4 by its own
-entry there; NVFP4 GEMMs run at `fp4_ceiling` of the FP4 peak.
+entry there; torchtitan's float8 (torchao) without torch.compile casts op by op
+(`eager_float8`). NVFP4 GEMMs run at `fp4_ceiling` of the FP4 peak.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     from planner.inputs.hardware import GpuSpec
@@ -82,6 +83,53 @@ AMAX_PASSES = {"tensorwise": 1, "rowwise": 2, "rowwise_with_gw_hp": 1}
 """The separate amax passes of torchao's dynamic scaling that torch.compile fuses, by recipe: one
 for a per-tensor scale (both orientations share it), one per quantised orientation for per-row
 scales."""
+
+
+EAGER_CAST_BYTES = (2.0 + 2.0) + 2.0 + (2.0 + 4.0) + (4.0 + 4.0) + (4.0 + 4.0) + (4.0 + 1.0)
+"""HBM bytes per element of one torchao dynamic float8 cast of a bf16 tensor run eagerly
+(`hp_tensor_to_float8_dynamic`, pytorch/ao 36027d82 torchao/float8/float8_scaling_utils.py:29-72),
+one kernel per op, nothing fused: the amax, torch.abs (read bf16 2, write bf16 2) then max or, per
+row, amax (read 2; float8_utils.py:65, :69); the scaling, .to(float32) (read 2, write fp32 4)
+then * scale (read 4, write 4; float8_training_tensor.py:153); the saturation, clamp (read 4,
+write 4) then .to(float8) (read 4, write 1; float8_utils.py:136-137): 33. The scale's own ops
+(float8_utils.py:45-53) touch one value per tensor or row: nothing per element."""
+
+FP8_LAYOUT_COPY_BYTES = 1.0 + 1.0
+"""HBM bytes per element of the copy torchao makes of a float8 GEMM operand in the wrong layout
+for torch._scaled_mm (row-major left, column-major right; pytorch/ao 36027d82
+torchao/float8/float8_ops.py:342-345, read fp8 1, write 1): Float8Linear's input-gradient GEMM
+takes the weight row-major (float8_linear.py:143-146) and its weight-gradient GEMM the output
+gradient transposed and the input row-major (:197-200), so the weight, the input and the output
+gradient are each copied once per backward where their GEMMs run in float8."""
+
+
+class EagerFloat8(NamedTuple):
+    """HBM bytes per element of torchao's Float8Linear casts run eagerly (`eager_float8`): of
+    each GEMM's input and of its output gradient per micro-batch, and of its weight in the
+    forward and in the backward."""
+
+    operand: float
+    weight_fwd: float
+    weight_bwd: float
+
+
+def eager_float8(recipe: str) -> EagerFloat8 | None:
+    """torchao 36027d82's Float8Linear without torch.compile, by recipe (float8/config.py:331-378;
+    each cast EAGER_CAST_BYTES, each layout copy FP8_LAYOUT_COPY_BYTES); None for a recipe it
+    does not run (Transformer Engine's). It saves the bf16 input and weight for the backward
+    (float8_linear.py:45) and casts afresh for each GEMM: the input in the forward (:56) and
+    again for the weight gradient (:185), the output gradient for the input gradient (:113) and
+    again for the weight gradient (:167), the weight in the forward (:73) and again for the input
+    gradient (:131), so under tensorwise and rowwise each operand is cast twice and copied once
+    (33 + 33 + 2 = 68 bytes; one tensorwise scale serves both casts of a tensor but is computed
+    twice). rowwise_with_gw_hp runs the weight gradient in bf16 (config.py:364-368: both of its
+    operands DISABLED, torch.mm takes the transposes as they are): the input and the output
+    gradient are cast once (33), the weight twice and copied once (68), as tensorwise's."""
+    if recipe not in AMAX_PASSES:
+        return None
+    cast, copy = EAGER_CAST_BYTES, FP8_LAYOUT_COPY_BYTES
+    operand = cast if recipe == "rowwise_with_gw_hp" else 2 * cast + copy
+    return EagerFloat8(operand, cast, cast + copy)
 
 
 def quant_bytes(recipe: str, blackwell: bool, compiled: bool = False) -> float:

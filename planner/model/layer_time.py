@@ -209,8 +209,8 @@ class Layer:
     """Of `ep`, the seconds the shared experts' GEMMs run under (Megatron
     --moe-shared-expert-overlap: `dispatch.shared_overlap`)."""
     weight_cast: float = 0.0
-    """FP8: seconds to quantise the layer's weights, once per step (not per micro-batch); 0
-    where they are cast on every use, in `fwd` and `bwd` (`linear_time.weights_cast_per_use`)."""
+    """FP8: seconds to quantise the layer's weights, once per step (not per micro-batch); what
+    is cast on every use is in `fwd` and `bwd` (`linear_time.per_use_weight_cast`)."""
     offload: float = 0.0
     """Seconds to move the layer's saved activations over the host link one way (CPU
     offloading: out in the forward, back before the backward)."""
@@ -342,11 +342,10 @@ def _core(
     slow = _wgrad_slowdown(job, gpu)  # not on the GEMMs its recipe leaves alone
     wgrad = (grads - 1) * (gemm_fwd * slow - (slow - 1) * linear_time.wgrad_exempt(job, p.lin))
     bwd = gemm_fwd + wgrad + attn_bwd + scan_bwd + 2 * streamed / 3 + perm / 2
-    lin = p.lin
-    if linear_time.weights_cast_per_use(job, lay):  # each orientation in its own pass
-        fwd, bwd = fwd + lin.weight_cast / 2, bwd + lin.weight_cast / 2
-        lin = lin._replace(weight_cast=0.0)
-    offload = act_bytes / host_link_bandwidth(job)
+    w_fwd, w_bwd = p.lin.per_use  # the weight casts each micro-batch runs, the rest once a step
+    once = 0.0 if linear_time.weights_cast_per_use(job, lay) else p.lin.weight_cast - w_fwd - w_bwd
+    lin = (*p.lin[:4], once)
+    fwd, bwd, offload = fwd + w_fwd, bwd + w_bwd, act_bytes / host_link_bandwidth(job)
     return LayerCore(
         *lin, t, load, gemm_fwd, attn_fwd, attn_bwd, streamed, perm, fwd, bwd, offload, grads
     )

@@ -12,7 +12,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import FLOAT8_EXPERTS_RECIPE
-from planner.model import fsdp2, gemm_shapes, layer_tp, sm_count
+from planner.model import fsdp2, gemm, gemm_shapes, layer_tp, sm_count
 from planner.model.fp32 import gemm_peak
 from planner.model.gemm import Gpu, gemm_time, grouped_rows, quant_bytes
 
@@ -21,13 +21,17 @@ class LinearTimes(NamedTuple):
     """A layer's linear GEMMs per micro-batch (`linear_times`), in `gemm_shapes.linear_gemms`'
     order: their (M, K, N, count) shapes, parts ("expert", "shared", ...), forward seconds, the
     seconds of their inputs' and output gradients' quantisation, and of the weights' (once per
-    step). Tuples throughout: the layer memos keep them (`planner.model.layer_parts`)."""
+    step, less what recurs per use). Tuples throughout: the layer memos keep them
+    (`planner.model.layer_parts`)."""
 
     shapes: tuple[tuple[float, float, float, float], ...]
     parts: tuple[str, ...]
     times: tuple[float, ...]
     casts: tuple[float, ...]
     weight_cast: float
+    per_use: tuple[float, float] = (0.0, 0.0)
+    """Of `weight_cast`, the seconds that recur in every micro-batch's forward and backward
+    (`per_use_weight_cast`); the rest runs once per step."""
 
 
 def linear_times(
@@ -39,26 +43,20 @@ def linear_times(
     `weight_cast`); the routed experts in their own precision and recipe (`experts_recipe`:
     torchtitan's in bf16 unless float8_experts); every GEMM on the SMs `Job.gemm_sm_margin`
     leaves it."""
-    blackwell = job.cluster.gpu.is_blackwell
-    quantised = job.quantised  # FP8 / NVFP4 (fp32's GEMMs run at its TF32 peak_linear)
-    quant = quant_bytes(job.quant_recipe, blackwell, job.compiled) if quantised else 0.0
-    expert_recipe = experts_recipe(job)
-    bf16_experts = quantised and expert_recipe is None  # beside quantised linear layers
-    expert_quant = quant
-    if bf16_experts:
-        expert_quant = 0.0
-    elif expert_recipe is not None and expert_recipe != job.quant_recipe:
-        expert_quant = quant_bytes(expert_recipe, blackwell, job.compiled)
+    quant, expert_quant = _quants(job)
+    bf16_experts = job.quantised and experts_recipe(job) is None  # beside quantised linears
     on_shard = lay.sequence_parallel and layer_tp.latents_gathered(job, kind)
     shapes = gemm_shapes.linear_gemms(
         job.arch, t, lay.tp, lay.ep, lay.expert_tp, kind, load, on_shard
     )
     parts = gemm_shapes.linear_gemm_parts(job.arch, kind)
+    eager = eager_float8(job, lay)
+    readers = input_casts(job, kind)
     times: list[float] = []
     casts: list[float] = []
-    weight_cast = 0.0
+    weight_cast = expert_weight = 0.0
     slower = margin_slowdown(job)
-    for (m, k, n, c), part in zip(shapes, parts, strict=True):
+    for (m, k, n, c), part, r in zip(shapes, parts, readers, strict=True):
         rows = grouped_rows(m) if part == "expert" else m
         peak, e, q = gpu.peak_linear, gpu.e_linear, quant
         if part == "expert":
@@ -66,9 +64,72 @@ def linear_times(
             if bf16_experts:  # in the parameters' dtype (TF32 in an fp32 model)
                 peak, e = gemm_peak(job, gpu), gpu.e_bf16
         times.append(slower * gemm_time(rows, k, n, peak, gpu.ridge, e, c))
+        if eager is not None and part != "expert":  # torchao's Float8Linear, op by op
+            casts.append(c * eager.operand * (r * m * k + m * n) / gpu.hbm)
+            weight_cast += c * (eager.weight_fwd + eager.weight_bwd) * k * n / gpu.hbm
+            continue
         casts.append(c * q * (m * k + m * n) / gpu.hbm)
         weight_cast += c * q * k * n / gpu.hbm
-    return LinearTimes(tuple(shapes), tuple(parts), tuple(times), tuple(casts), weight_cast)
+        expert_weight += c * q * k * n / gpu.hbm if part == "expert" else 0.0
+    per_use = per_use_weight_cast(job, lay, weight_cast, expert_weight)
+    return LinearTimes(
+        tuple(shapes), tuple(parts), tuple(times), tuple(casts), weight_cast, per_use
+    )
+
+
+def _quants(job: Job) -> tuple[float, float]:
+    """`gemm.quant_bytes` of the linear layers' operands and of the routed experts' (0 where
+    they run in bf16 beside quantised linear layers, `experts_recipe`)."""
+    if not job.quantised:  # fp32's GEMMs run at its TF32 peak_linear
+        return 0.0, 0.0
+    blackwell = job.cluster.gpu.is_blackwell
+    quant = quant_bytes(job.quant_recipe, blackwell, job.compiled)
+    recipe = experts_recipe(job)
+    if recipe is None:
+        return quant, 0.0
+    return quant, quant if recipe == job.quant_recipe else quant_bytes(
+        recipe, blackwell, job.compiled
+    )
+
+
+def eager_float8(job: Job, lay: Layout) -> gemm.EagerFloat8 | None:
+    """The bytes of torchtitan's float8 linears' casts where the model runs eager
+    (`gemm.eager_float8`: `[torchtitan] compile` off, or a configuration compiling the loss
+    alone, which planner reads as compile off; torchtitan e347b1e5 compiles the transformer
+    blocks, Float8Linear inside, only with compile.enable and "model" in compile.components,
+    models/llama3/infra/parallelize.py:107-123); None elsewhere (compiled: `gemm.quant_bytes`'s
+    fused casts). With the float8 FSDP all-gather (`fsdp2.float8_gather`) the gathered weight
+    is float8 already and neither GEMM casts it (float8_linear.py:68-69, :125-127): its
+    backward copy is left (`gemm.FP8_LAYOUT_COPY_BYTES`), and the shard's casts before each
+    gather stand as one cast of the weight per step."""
+    if not (job.framework == "torchtitan" and job.quantised) or job.compiled:
+        return None
+    bytes_ = gemm.eager_float8(job.quant_recipe)
+    if bytes_ is not None and fsdp2.float8_gather(job, lay):
+        return bytes_._replace(weight_bwd=gemm.FP8_LAYOUT_COPY_BYTES)
+    return bytes_
+
+
+def input_casts(job: Job, kind: LayerKind) -> tuple[int, ...]:
+    """How many float8 casts read each of the layer's `linear_gemms`' input where torchtitan's
+    float8 runs eager (`eager_float8`): its models run the attention's wq, wk and wv as three
+    nn.Linear and a gated MLP's (or shared experts') w1 and w3 as two (e347b1e5
+    models/llama3/model/model.py, models/moe/moe.py:63-65), each Float8Linear casting its own
+    input (torchao float8_linear.py:56, :185), where planner's shapes fuse them: 3 on the QKV
+    GEMM (not MLA's, whose projections are its entries already), 2 on a gated fc1; 1 elsewhere,
+    and everywhere outside torchtitan (Transformer Engine's fused QKV and fc1)."""
+    arch = job.arch
+    parts = gemm_shapes.linear_gemm_parts(arch, kind)
+    n = [1] * len(parts)
+    if job.framework != "torchtitan":
+        return tuple(n)
+    if kind.mixer == "attention" and not arch.multi_latent_attention and parts:
+        n[0] = 3
+    for i, part in enumerate(parts):
+        first = i == 0 or parts[i - 1] != part
+        if arch.gated_linear_unit and part in ("mlp", "shared") and first:
+            n[i] = 2
+    return tuple(n)
 
 
 def weights_cast_per_use(job: Job, lay: Layout) -> bool:
@@ -80,6 +141,34 @@ def weights_cast_per_use(job: Job, lay: Layout) -> bool:
     runs (`fsdp2.float8_gather`: the shard is cast before each gather and the gathered float8
     weight serves both GEMMs, which the once-per-step charge stands for)."""
     return job.framework == "torchtitan" and job.quantised and not fsdp2.float8_gather(job, lay)
+
+
+def per_use_weight_cast(
+    job: Job, lay: Layout, weights: float, experts: float
+) -> tuple[float, float]:
+    """Of the weights' quantisation seconds `weights` (of which `experts` the routed experts'),
+    those each micro-batch's forward and backward run: all where `weights_cast_per_use`
+    (eager: the forward's cast and the backward's cast and copy, `eager_float8`; compiled: half
+    each); with the float8 FSDP all-gather the routed experts' still, half each (only
+    Float8Linear weights are WeightWithDynamicFloat8CastTensor, torchao 36027d82
+    float8_linear.py:324-333; its float8 grouped GEMM casts the bf16 expert weights in each
+    forward and, transposed, in each backward, prototype/moe_training/fp8_grouped_mm.py:148,
+    :241), and eager the linears' backward copy; (0, 0) elsewhere (Transformer Engine caches
+    its FP8 weights across micro-batches)."""
+    if not (job.framework == "torchtitan" and job.quantised):
+        return 0.0, 0.0
+    eager = eager_float8(job, lay)
+    linears = weights - experts
+    if eager is None:
+        fwd = bwd = 0.0
+    else:
+        whole = eager.weight_fwd + eager.weight_bwd
+        fwd, bwd = linears * eager.weight_fwd / whole, linears * eager.weight_bwd / whole
+    if not weights_cast_per_use(job, lay):
+        return experts / 2, (bwd if eager is not None else 0.0) + experts / 2
+    if eager is None:
+        fwd = bwd = linears / 2
+    return fwd + experts / 2, bwd + experts / 2
 
 
 def experts_recipe(job: Job) -> str | None:

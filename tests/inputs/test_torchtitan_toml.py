@@ -88,12 +88,19 @@ def test_logging_and_checkpoint_fields_of_older_torchtitans_are_let_be(tmp_path:
     assert read(tmp_path, extra=extra) == read(tmp_path)
 
 
-def test_the_registered_float8_name_is_the_old_one(tmp_path: Path) -> None:
+def test_the_float8_converter_goes_by_its_registered_name(tmp_path: Path) -> None:
     """e347b1e5 registers the float8 linear converter as "quantize.linear.float8" (it was read
-    as bf16, 13% slower); "float8", its name before 8a2686c4, reads the same."""
-    new = read(tmp_path, model='converters = ["quantize.linear.float8"]')
-    old = read(tmp_path, model='converters = ["float8"]')
-    assert new == old and new.job.precision == "fp8"
+    as bf16, 13% slower). "float8", its name before 8a2686c4, is no key of that registry
+    (components/quantization/float8.py:238-239, mx.py:171-172 register the four names there):
+    ModelConvertersContainer indexes the registry with it and raises KeyError
+    (protocols/model_converter.py:61-63), so the job never trains: refused, naming the field,
+    the value and the registered name (it was accepted as fp8 before)."""
+    assert read(tmp_path, model='converters = ["quantize.linear.float8"]').job.precision == "fp8"
+    needle = 'model.converters: "float8": torchtitan e347b1e5 registers no converter'
+    with pytest.raises(InputError, match=needle) as raised:
+        read(tmp_path, model='converters = ["float8"]')
+    assert str(tmp_path / "job.toml") in str(raised.value)
+    assert "write 'quantize.linear.float8'" in str(raised.value)
 
 
 def test_compiling_the_loss_alone_leaves_the_model_eager(tmp_path: Path) -> None:

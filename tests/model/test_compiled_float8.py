@@ -58,7 +58,9 @@ def test_rowwise_recipes_by_hand() -> None:
 
 def test_every_torchtitan_float8_recipe_is_timed_in_order() -> None:
     """The recipes torchtitan's rules accept all time (a rowwise plan crashed `explain` with a
-    KeyError before). Ordered by construction: rowwise quantises twice what tensorwise does
+    KeyError before). Compiled (eager, tensorwise and rowwise move the same bytes:
+    tests/model/test_titan_eager_float8.py), ordered by construction: rowwise quantises twice
+    what tensorwise does
     (10 against 6 bytes an element), and rowwise_with_gw_hp runs the weight-gradient GEMMs at the
     bf16 rate (H100: its FP8 ceiling is ~1.8 x the bf16 one) for 5 bytes less: slower than
     rowwise only because of those GEMMs (with them at the FP8 rate it would be faster)."""
@@ -69,6 +71,7 @@ def test_every_torchtitan_float8_recipe_is_timed_in_order() -> None:
 
     def step(recipe: str) -> float:
         j = replace(base, framework="torchtitan", fp8_recipe=recipe)
+        j = replace(j, torchtitan=TorchtitanSection(compile=True))
         one = layer_time.layer_time(j, lay, gpu, kind)
         return one.fwd + one.bwd
 

@@ -7,7 +7,8 @@ is_first_microbatch, which Megatron passes). With the float8 FSDP all-gather the
 before each gather and the gathered float8 weight serves both GEMMs: once per step stands.
 Hand arithmetic: the per-step figure W (`linear_times(...).weight_cast`, both orientations) moves
 into each micro-batch, W / 2 into the forward and W / 2 into the backward, so over m
-micro-batches the step charges m x W instead of W."""
+micro-batches the step charges m x W instead of W. Compiled here (torch.compile's fused casts,
+`gemm.quant_bytes`); eager, op by op: tests/model/test_titan_eager_float8.py."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ PLAN: dict[str, Any] = {
 def _layer(framework: str, gather: bool) -> tuple[layer_time.Layer, float]:
     doc = {**PLAN, "training": {**PLAN["training"], "framework": framework}}
     if framework == "torchtitan":
-        doc["torchtitan"] = {"float8_all_gather": gather}
+        doc["torchtitan"] = {"float8_all_gather": gather, "compile": True}
     else:
         doc["parallel"] = {**PLAN["parallel"], "zero_stage": 1}
     plan = parse_plan(doc)
