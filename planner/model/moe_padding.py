@@ -9,7 +9,9 @@ fuser or grouped tensor, else 16 for FP8 (32 for MXFP8: fp8_utils.py:356-361) an
 
 - **The experts** (TEGroupedMLP.forward, experts.py:890-903, unpadded at :1041-1043; the op-fuser
   path :730-745, :824-826) copy their input into a padded buffer under FP8 / FP4 (or a grouped
-  tensor), unless `skip_routed_expert_padding` holds (moe_utils.py:1494-1509): router padding,
+  tensor), aligned to the recipe's size, 256 under the grouped tensor alone (:305-314, not under
+  the op fuser: `_experts_align`), unless `skip_routed_expert_padding` holds
+  (moe_utils.py:1494-1509): router padding,
   the HybridEP / NCCL-EP dispatchers (HybridEP pads in its dispatch instead, `pad_multiple`
   token_dispatcher.py:1142-1163: up to a - 1 rows per local expert), or DeepEP's fused
   permute-and-pad (moe_utils.py:1483-1491), which needs a Transformer Engine that has
@@ -127,7 +129,24 @@ def padding(job: Job, lay: Layout) -> Padding:
         # to a multiple of a (token_dispatcher.py:1098-1110)
         budget = int(job.arch.moe_router_topk * _rank_tokens(job, lay) * cf)
         return Padding(pairs=(-budget) % a)
-    return Padding(pairs=local * (a - 1) / lay.expert_tp, experts_pad=True)
+    own = _experts_align(job)
+    if own == 0:
+        return Padding()
+    return Padding(pairs=local * (own - 1) / lay.expert_tp, experts_pad=True)
+
+
+def _experts_align(job: Job) -> int:
+    """The rows the experts pad their own input to (experts.py:305-314: Fp8Padding with
+    `align_size` from `align_size` under the grouped tensor alone, else None, which Transformer
+    Engine d0067d0d takes as the recipe's, module/fp8_padding.py:117-119; and only under FP8 /
+    FP4 or the grouped tensor, experts.py:736, :896): 256 under the grouped tensor, the recipe's
+    16 or 32 under FP8 / FP4 even with the op fuser on, 0 (no padding) in bf16 without the
+    grouped tensor."""
+    if job.moe_grouped_tensor:
+        return GROUPED_TENSOR_ALIGN
+    if not job.quantised:
+        return 0
+    return BLOCK_ALIGN if job.block_scaled else FP8_ALIGN
 
 
 def _rank_tokens(job: Job, lay: Layout) -> float:

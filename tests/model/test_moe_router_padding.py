@@ -147,3 +147,18 @@ def test_bf16_allgather_holds_the_shared_experts_output() -> None:
     lay = Layout(tp=1, pp=1, dp=8, ep=8, moe_token_dispatcher_type="allgather")
     hand = 2 * 7168 * (2 * 8 * T + 8 * T * 1.2) + 2 * 7168 * T
     assert ma.forward_bytes(j.arch, shard(j, lay), "allgather", 8) == pytest.approx(hand)
+
+
+def test_the_experts_pad_to_the_recipe_under_the_op_fuser() -> None:
+    # experts.py:305-314 (d98e8a64): Fp8Padding's align_size is get_align_size_for_quantization's
+    # 256 only under moe_use_grouped_tensor, else None, which Transformer Engine d0067d0d takes
+    # as the recipe's 16 (fp8_padding.py:117-119); and the experts pad only under FP8 / FP4 or
+    # the grouped tensor (experts.py:736, :896). Qwen3-30B-A3B (128 experts) at ep 8, alltoall:
+    # 16 local experts x (16 - 1) = 240 rows with the op fuser in FP8, none in bf16
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, moe_token_dispatcher_type="alltoall")
+    fp8 = job("qwen3-30b-a3b", "h100-sxm-80gb", 8, T, 64, precision="fp8", fp8_recipe="tensorwise")
+    fused = replace(fp8, moe_fused_grouped_mlp=True)
+    assert shard(fused, lay).pad_pairs == 16 * 15 and shard(fused, lay).expert_padding
+    assert shard(replace(fused, moe_grouped_tensor=True), lay).pad_pairs == 16 * 255
+    bf16 = replace(job("qwen3-30b-a3b", "h100-sxm-80gb", 8, T, 64), moe_fused_grouped_mlp=True)
+    assert shard(bf16, lay).pad_pairs == 0 and not shard(bf16, lay).expert_padding
