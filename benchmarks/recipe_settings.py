@@ -55,6 +55,7 @@ class Settings:
     paged_stash: bool
     force_load_balancing: bool  # moe_router_force_load_balancing (MoE recipes)
     graph_modules: tuple[str, ...] | None  # CUDA graphs: the regions captured, () whole; None off
+    graph_impl: str | None  # "transformer_engine" where the cell names TE's per-layer graphs
     notes: tuple[str, ...]
 
 
@@ -249,6 +250,7 @@ def read(r: Recipe) -> Settings:
         paged_stash=paged,
         force_load_balancing=r.is_moe and not learned,
         graph_modules=graph_modules,
+        graph_impl="transformer_engine" if graphs.startswith("transformer_engine") else None,
         notes=tuple(notes),
     )
 

@@ -64,6 +64,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
 from planner.model import dsa, flops, fp32, gdn, gemm_shapes, mixers, per_op_saved
 from planner.model.fp32 import norm_in, widen, word
+from planner.model.graph_buffers import graph_bytes
 from planner.model.moe_activations import moe_bytes
 from planner.model.scores import score_bytes
 from planner.model.shard import (
@@ -313,28 +314,6 @@ def per_op_bytes(arch: ModelArch, is_moe: bool | LayerKind, sh: Shard) -> float:
     saved, _, _ = gemm_shapes.per_op_split(arch, gemms, sh.tp, is_moe)
     scattered = per_op_saved.reduce_scatter_bytes(arch, layer_kind(is_moe), sh)
     return layer_input_bytes(arch, sh) + attention_out + word(sh) * saved + scattered
-
-
-GRAPH_STATIC_TENSORS = 2
-"""Layer-input-sized bf16 buffers a graphed layer keeps per micro-batch in flight beyond its
-eager activations (Megatron-LM d98e8a64 megatron/core/transformer/cuda_graphs.py): the backward
-graph's static gradient input and output (`static_grad_outputs`, `static_grad_inputs`, one set per
-graph runner, i.e. per layer and, with pipelining, per micro-batch in flight); the forward graph's
-static input and output alias the saved activations (Transformer Engine's weak references let a
-graph's output buffer be the next layer's input). An upper bound: buffers the shared mempool frees
-between graphs are counted too."""
-
-
-def graph_bytes(arch: ModelArch, sh: Shard) -> float:
-    """CUDA graphs' static buffers of one layer per micro-batch (GRAPH_STATIC_TENSORS layer
-    inputs, split by tp under sequence parallelism); 0 when the layers run eagerly, and under
-    a full-iteration graph, whose wrapper keeps static copies of the data loader's batches
-    only (FullCudaGraphWrapper's StaticBufferLoader, full_cuda_graph.py:97-135 d98e8a64): no
-    per-layer graph runner, so no static gradient buffers."""
-    if not sh.cuda_graphs or sh.cuda_graph_impl == "full_iteration":
-        return 0.0
-    nbytes = GRAPH_STATIC_TENSORS * word(sh) * sh.tokens * arch.hidden_size
-    return nbytes / sh.tp if sh.sequence_parallel else nbytes
 
 
 def layer_bytes(

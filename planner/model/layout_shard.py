@@ -153,6 +153,7 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         moe_work_load=working if working != kept else None,
         cuda_graphs=job.cuda_graphs,
         cuda_graph_impl=job.cuda_graph_impl,
+        cuda_graph_modules=frozenset(job.cuda_graph_modules),
         keeps_pre_moe_norm=keeps_pre_moe_norm(job, layout),
         offload=frozenset(layout.offload_modules),
         offload_fraction=layout.activation_offload_fraction,

@@ -36,10 +36,14 @@ holds the fp32 input, its shifted copy and exp (12, with the bf16 logits 14)."""
 
 MEGATRON_LOSS_BYTES_PER_LOGIT = 6
 """Bytes per local logit at the peak of Megatron's vocab-parallel cross entropy
-(megatron/core/tensor_parallel/cross_entropy.py, `cross_entropy = "fused"`): in the forward the
-bf16 logits (2) and their fp32 copy (4), which becomes the saved softmax in place; in the
-backward the fp32 gradient written over the softmax (4) and its bf16 cast for the output layer
-(2)."""
+(`cross_entropy = "fused"`, `Job.megatron_loss`; Megatron-LM d98e8a64 language_module.py:173-202
+picks it). Unfused (megatron/core/tensor_parallel/cross_entropy.py): in the forward the bf16
+logits (2) and their fp32 copy (4), which becomes the saved softmax in place; in the backward the
+fp32 gradient written over the softmax (4) and its bf16 cast for the output layer (2).
+Transformer Engine's (--cross-entropy-loss-fusion with --cross-entropy-fusion-impl te,
+language_module.py:174-196): its forward writes the fp32 gradient beside the bf16 logits
+(TransformerEngine d0067d0d transformer_engine/pytorch/triton/cross_entropy.py:57-58), 2 + 4.
+The native fusion adds COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT."""
 
 COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT = 4
 """Added per local logit by Megatron's --cross-entropy-loss-fusion, native (Megatron-LM d98e8a64

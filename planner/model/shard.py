@@ -186,10 +186,15 @@ class Shard:
     """The same for the layer running, where its tensors differ from what it keeps (HybridEP's
     static budget beside Megatron's paged stash, `routing_load.memory_loads`); None = moe_load."""
     cuda_graphs: bool = False
-    """The layers run as CUDA graphs: each keeps its graphs' static buffers (`graph_bytes`)."""
+    """The layers run as CUDA graphs: each keeps its graphs' static buffers
+    (`graph_buffers.graph_bytes`)."""
     cuda_graph_impl: CudaGraphImpl | None = None
     """Their implementation (`Job.cuda_graph_impl`; None: per-layer, local): a full-iteration
-    graph keeps no per-layer static buffers (`activations.graph_bytes`)."""
+    graph keeps no per-layer static buffers, Transformer Engine's share theirs
+    (`graph_buffers.graph_bytes`, `graph_shared_bytes`)."""
+    cuda_graph_modules: frozenset[str] = frozenset()
+    """The regions each layer's graph captures (`Job.cuda_graph_modules`; empty: the whole
+    layer)."""
     keeps_pre_moe_norm: bool = False
     """A MoE layer keeps its pre-MLP norm's output though layernorm is recomputed: Megatron turns
     that recompute off under Transformer Engine's router graphs (`graph_capture.keeps_pre_moe_norm`,

@@ -22,6 +22,7 @@ from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
 from planner.model.fine_offload import moved, offloading_totals, window_bytes
 from planner.model.fp32 import pipeline_message_bytes
+from planner.model.graph_buffers import graph_shared_bytes
 from planner.model.in_flight import SPLIT_BACKWARD, group_size, one_period, schedule_peak
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import (
@@ -360,6 +361,7 @@ def peak_bytes(
         working += parts.gathered
     if parts.window is not None:
         stored += parts.window
+    stored += graph_shared_bytes(arch, sh)  # Transformer Engine's graphs' shared buffers
     loss = parts.loss
     acts = stored + max(loss + working if parts.both else max(loss, working), exchange)
     if parts.cp_bytes is not None:

@@ -167,17 +167,18 @@ QWEN30B_MBS8 = (
     "ep 8: the expert-data-parallel group is 1, so the experts' fp32 master copy and moments are "
     "not sharded (42.7 GiB), and the activations (with the graphs' static buffers, the routed "
     "copies bounded 7 spreads above the forced-balance share; no dropout masks, the q/k norms' "
-    "inputs and rstd, 9,360 bytes a token a layer: 13.7 GiB over 48 layers) come to 214.1 GiB: "
-    "278.9 GiB, 18.4 over B300's usable 260.5 and 9.7 over GB300's 269.2 (Q61); the FP8-CS "
-    "twins (Q49, Q62) and the 32-GPU recipe (Q65, states sharded over 4) fit; undecided (a "
-    "measurement of the MoE layer's saved tensors would settle it)"
+    "inputs and rstd, 9,360 bytes a token a layer: 13.7 GiB over 48 layers; Transformer "
+    "Engine's graphs' static buffers shared across layers, planner/model/graph_buffers.py) come "
+    "to 202.2 GiB: 267.1 GiB, 6.5 over B300's usable 260.5; GB300's 269.2 holds it (Q61), "
+    "as do the FP8-CS twins (Q49, Q62) and the 32-GPU recipe (Q65, states sharded over 4); "
+    "undecided (a measurement of the MoE layer's saved tensors would settle it)"
 )
 DO_NOT_FIT = {
     "L42": PP16_VPP8,
     **dict.fromkeys(("L18", "L31", "L36", "L37"), FSDP_OFFLOAD),
     **dict.fromkeys(("L63", "L64", "L71", "L72"), FSDP_OFFLOAD),
     "L56": PP8_CP2_128,
-    **dict.fromkeys(("Q48", "Q61"), QWEN30B_MBS8),
+    "Q48": QWEN30B_MBS8,
 }
 """Recipes judged out of memory, and why (for L18-L43 the closing note of issue 21 gives the
 evidence; the B300 / GB300 and NVFP4 ones are benchmarks/recipes.py's numbers, not measured)."""

@@ -74,14 +74,14 @@ def test_a_full_iteration_graph_keeps_no_per_layer_static_buffers() -> None:
     assert activations.graph_bytes(arch, whole_step) == 0.0
 
 
-def test_a_whole_plan_the_kept_norm_output_tips_over_the_limit() -> None:
+def test_a_whole_plan_keeps_the_norm_output_layernorm_recompute_names() -> None:
     """The QA's plan (Qwen3-30B-A3B on 16 H100, pp 2, ep 8, mbs 2, seq 4544; TE graphs of attn
     and moe_router; selective layernorm recompute). The TE layer fuses the input norm into QKV, so
     the pre-MLP norm is the only one layernorm recompute drops, and Megatron keeps it under the
     router graph (transformer_layer.py:481-527 d98e8a64): the plan holds what it holds with no
     recompute at all, at least 24 layers x 4544 x 2 tokens x 2048 x 2 B = 0.832 GiB above the same
-    graphs with moe_preprocess captured too (alltoall: the norm recomputed), and no longer fits
-    (77.9 GiB of 77.3; it was counted at 77.0, "fits")."""
+    graphs with moe_preprocess captured too (alltoall: the norm recomputed). (Whether it fits
+    turned on TE graphs' static buffers, since counted once per rank: `graph_buffers`.)"""
     from planner.inputs.plan import parse_plan
     from planner.model import memory
 
@@ -103,9 +103,8 @@ def test_a_whole_plan_the_kept_norm_output_tips_over_the_limit() -> None:
         report = memory.estimate(plan.job, plan.layout)
         return report.peak, report.fits
 
-    kept, fits = peak(["attn", "moe_router"])
+    kept, _ = peak(["attn", "moe_router"])
     recomputed, _ = peak(["attn", "moe_router", "moe_preprocess"])
     none, _ = peak(["attn", "moe_router"], recompute="none")
-    assert not fits
     assert kept == pytest.approx(none, rel=1e-12)
     assert kept - recomputed >= 24 * 4544 * 2 * 2048 * 2
