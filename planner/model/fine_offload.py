@@ -99,8 +99,21 @@ def _all(nbytes: float) -> Moved:
 
 
 def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> Moved:
-    """The attention block's groups. Core attention runs in the core_attn group unless selective
-    recompute checkpoints it (Megatron-LM d98e8a64 attention.py:1555-1564, MLA
+    """The attention block's groups together (`_attention_groups`), or nothing where what they
+    copy is below MIN_OFFLOADED_ELEMENTS."""
+    total = Moved()
+    for _, m in _attention_groups(arch, sh, modules):
+        total += m
+    return total.big(word(sh))
+
+
+def _attention_groups(
+    arch: ModelArch, sh: Shard, modules: frozenset[str]
+) -> tuple[tuple[str, Moved], ...]:
+    """The attention block's groups, each on one GPU of the TP group, in the order Megatron
+    opens them (attn_norm, qkv_linear, core_attn, attn_proj; attn_norm only with a separate
+    input norm, MLA's). Core attention runs in the core_attn group unless selective recompute
+    checkpoints it (Megatron-LM d98e8a64 attention.py:1555-1564, MLA
     multi_latent_attention.py:384-392: the checkpoint runs outside the group's context, so
     nothing of it moves). The group copies what the kernel saves (Q, K, V and the flash kernel's
     output, or the unfused one's s^2 scores) and releases Q, K and V by force (:1605-1606,
@@ -119,12 +132,14 @@ def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> M
     saving. What is copied but kept is reloaded beside the original."""
     T, h, a = sh.tokens, arch.hidden_size, arch.num_attention_heads
     w = word(sh)  # a 16-bit value of bf16 training: 4 bytes in fp32
-    rep, moved = 0.0, Moved()
+    out_groups: list[tuple[str, Moved]] = []
+    moved = Moved()
     mla = arch.multi_latent_attention
     if "attn_norm" in modules and mla:
-        rep += w * T * h
+        out_groups.append(("attn_norm", _all(split(w * T * h, 0.0, sh))))
     if "qkv_linear" in modules:
-        rep += w * T * h if mla else w * T * h + linear_in(BF16 * T * h, sh)
+        rep = w * T * h if mla else w * T * h + linear_in(BF16 * T * h, sh)
+        out_groups.append(("qkv_linear", _all(split(rep, 0.0, sh))))
     if mla:
         assert arch.qk_head_dim and arch.qk_pos_emb_head_dim and arch.v_head_dim
         dqk, dv = arch.qk_head_dim + arch.qk_pos_emb_head_dim, arch.v_head_dim
@@ -146,11 +161,13 @@ def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> M
             moved += Moved(0.0, out, out)  # copied, kept on the GPU by the gate or projection
         else:
             moved += _all(out)
+        out_groups.append(("core_attn", _split(moved, sh)))
     if "attn_proj" in modules:
         proj_in = out if shared else linear_in(out * BF16 / w, sh)  # the projection's input
         # the shared output a second time: freed and reloaded once, with core_attn's
-        moved += Moved(0.0, proj_in, 0.0) if shared and core else _all(proj_in)
-    return (_all(split(rep, 0.0, sh)) + _split(moved, sh)).big(w)
+        proj = Moved(0.0, proj_in, 0.0) if shared and core else _all(proj_in)
+        out_groups.append(("attn_proj", _split(proj, sh)))
+    return tuple(out_groups)
 
 
 def _split(m: Moved, sh: Shard) -> Moved:
@@ -159,6 +176,16 @@ def _split(m: Moved, sh: Shard) -> Moved:
 
 
 def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
+    """The MoE block's groups' bytes together (`_moe_groups`)."""
+    return sum(b for _, b in _moe_groups(arch, sh, modules))
+
+
+def _moe_groups(
+    arch: ModelArch, sh: Shard, modules: frozenset[str]
+) -> tuple[tuple[str, float], ...]:
+    """The MoE block's groups and what each copies on one GPU, in the order Megatron opens them
+    (mlp_norm, then fused_group_mlp or expert_fc1 and moe_act), each below
+    MIN_OFFLOADED_ELEMENTS nothing."""
     h, local = arch.hidden_size, sh.tokens / sh.tp
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
@@ -167,14 +194,16 @@ def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
     fc1_in = n * sh.etp * fc1_input_bytes(arch, sh)
     act_in = n * (w * F * glu + FP32)
     fc2_in = 0.0 if sh.drops("moe_act") else n * linear_in(BF16 * F, sh)
-    out = _big(w * local * h, w) if "mlp_norm" in modules else 0.0
+    out: list[tuple[str, float]] = []
+    if "mlp_norm" in modules:
+        out.append(("mlp_norm", _big(w * local * h, w)))
     if "fused_group_mlp" in modules:
-        return out + _big(fc1_in + act_in + fc2_in, w)
+        return (*out, ("fused_group_mlp", _big(fc1_in + act_in + fc2_in, w)))
     if "expert_fc1" in modules:
-        out += _big(fc1_in, w)
+        out.append(("expert_fc1", _big(fc1_in, w)))
     if "moe_act" in modules:
-        out += _big(act_in, w)
-    return out
+        out.append(("moe_act", _big(act_in, w)))
+    return tuple(out)
 
 
 def moved(
@@ -220,6 +249,29 @@ def copied_bytes(
     """Bytes one layer's offload groups copy to the host per micro-batch, and back, in a layer
     that moves them (`moved(..., recompute=False).copied`): host memory and transfer time."""
     return moved(arch, is_moe, sh, modules, recompute=False).copied
+
+
+def group_bytes(
+    arch: ModelArch, is_moe: bool | LayerKind, sh: Shard, modules: frozenset[str]
+) -> tuple[tuple[str, float], ...]:
+    """One layer's offload groups as Megatron opens them in its forward (attn_norm, qkv_linear,
+    core_attn, attn_proj, mlp_norm, expert_fc1 / fused_group_mlp, moe_act), each with the bytes
+    it copies to the host and back in a layer that moves them: `copied_bytes` group by group (a
+    group whose tensors are all below the size floor copies nothing but is still opened)."""
+    if not modules:
+        return ()
+    kind = layer_kind(is_moe)
+    out: list[tuple[str, float]] = []
+    if kind.mixer == "attention":
+        groups = _attention_groups(arch, sh, modules)
+        total = Moved()
+        for _, m in groups:
+            total += m
+        keep = bool(total.big(word(sh)).copied)  # the floor on the block's tensors together
+        out += [(name, m.copied if keep else 0.0) for name, m in groups]
+    if kind.moe and not sh.drops("moe"):
+        out += list(_moe_groups(arch, sh, modules))
+    return tuple(out)
 
 
 def offloading_layers(

@@ -121,8 +121,9 @@ def raised(
 ) -> Iterator[tuple[str, float, float, Job, Layout]]:
     """(field, share before, share after, job, layout) of each offloaded share raised to fit the
     GPU within the host's memory (`fitting`, from the hundredth above the plan's up to the
-    whole): of the fine-grained groups (where the plan offloads some modules), the least that
-    fits (the step never gains from moving more activations); of the optimizer (where the rules
+    whole): of the fine-grained groups (where the plan offloads some modules), the fastest by
+    `cost`, the least on ties, else the least (one group more can pair a chunk's reloads with
+    the waits that expect them, `planner.model.offload_groups`); of the optimizer (where the rules
     take it offloaded at all: Megatron, the distributed optimizer, Adam), the fastest by `cost`
     (its CPU update overlaps the GPU's on the rest: `fastest`), else the least. Where no share
     that fits the host fits the GPU, the most the host holds, the largest saving."""
@@ -134,7 +135,10 @@ def raised(
 
         shares = fitting(headroom_pct, group, above(f), TOP, True)
         if shares:
-            yield "activation_offload_fraction", f, share(shares[0]), *group(shares[0])
+            # not monotone: which group the share stops at sets how the reloads pair with their
+            # waits (`offload_groups`), so each share that fits is timed where `cost` is given
+            i = min(shares, key=lambda i: (cost(*group(i)), i)) if cost else shares[0]
+            yield "activation_offload_fraction", f, share(i), *group(i)
     f = job.optimizer_offload_fraction
     if f < 1 and not rules.violations(replace(job, optimizer_offload_fraction=1.0), lay):
 

@@ -105,24 +105,29 @@ def test_one_stage_keeps_all_but_the_offloaded_bytes_plus_a_two_layer_window() -
     assert plain - off == pytest.approx(32 * per - 2 * 8192 * 20480)
 
 
-def test_transfers_show_only_beyond_the_layer() -> None:
-    # each layer's groups go out on a side stream the forward never waits on and come back
-    # under the backward of the layer after; bf16: core_attn's 20,480 bytes a token (as above),
-    # attn_proj's copy of the same output again, 8,192, and qkv_linear's 16,384. One stage: the
-    # backward follows the forward at once (the last layer's groups stay on the GPU), the
-    # copies (longer than a forward, shorter than a backward) queue back to back: the 31st out
-    # at fwd + 31 x sec, back at fwd + 32 x sec, wanted at 32 fwd + bwd; the rest in time
-    # (tests/model/test_offload_streams.py)
+def test_transfers_show_behind_the_forwards_queue() -> None:
+    # each layer's groups go out on a side stream the forward never waits on; bf16: core_attn's
+    # 20,480 bytes a token (as above), attn_proj's copy of the same output again, 8,192, and
+    # qkv_linear's 16,384. One stage: the backward follows the forward at once, and the last
+    # layer's groups stay on the GPU (should_bulk_offload, Megatron-LM d98e8a64
+    # fine_grained_activation_offload.py:1217-1225). The copies out (longer than a forward) queue
+    # back to back on the one d2h stream (:472), from the first group's end: layer 31's
+    # attn_proj copy is out no sooner than 31 x sec, and its reload (:1185) back no sooner
+    # than that plus its own 8192 x 2 x 8,192 bytes. Its backward starts at most one layer's
+    # backward after layer 32's: by 32 fwd + 2 bwd. At least the difference shows
+    # (tests/model/test_offload_groups.py replays the groups one by one).
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(dp=8, offload_modules=("core_attn", "attn_proj", "qkv_linear"))
     chunks = lay.chunk_layers(32)[0]
     t = stage_time.layout_times(j, lay)
     link = host_link.host_link_bandwidth(j)
     sec = (T * 2) * (20480 + 8192 + 16384) / link  # seq 8192 = 2 T tokens
+    proj = (T * 2) * 8192 / link
     fwd, bwd = t.dense.fwd, t.dense.bwd
     assert fwd < sec < bwd
-    want = 32 * sec - 31 * fwd - bwd
-    assert stage_offload.fine_offload_exposed(j, lay, 0, chunks, t) == pytest.approx(want)
+    want = 31 * sec + proj - 32 * fwd - 2 * bwd
+    assert want > 0
+    assert stage_offload.fine_offload_exposed(j, lay, 0, chunks, t) >= want
 
 
 @pytest.mark.parametrize(
