@@ -20,9 +20,10 @@ emitted TOML is checked against it):
 - [debug] deterministic, and moe_force_load_balance for forced-balance routing (the models
   that read it: `torchtitan_toml.FORCE_BALANCE_MODELS`; gpt_oss's is refused, naming the
   module target).
-- [compile], [quantize.linear.float8] (with model.converters = ["quantize.linear.float8"], the
-  name e347b1e5 registers the converter under; no recipe_name for tensorwise, its recipe-less
-  path, which alone takes the FSDP float8 all-gather). Its filter_fqns keep the output layer in
+- [compile] (components: "model" with compile, "loss" with compile_loss),
+  [quantize.linear.float8] (with model.converters = ["quantize.linear.float8"], the name
+  e347b1e5 registers the converter under; no recipe_name for tensorwise, its recipe-less path,
+  which alone takes the FSDP float8 all-gather). Its filter_fqns keep the output layer in
   bf16 and, in an MoE model, the router's gate (`router.gate`, as torchtitan's own MoE TOMLs
   do: deepseek_v3/train_configs/deepseek_v3_671b.toml:74, llama4/train_configs/
   llama4_17bx16e.toml:67), which planner times in bf16 (`planner.inputs.torchtitan.ROUTER_GATE`).
@@ -53,6 +54,7 @@ from planner.inputs.torchtitan import (
     ROUTER_GATE,
     TOML_REMOVED,
     TORCHTITAN_COMMIT,
+    TorchtitanSection,
     no_flavor,
     zoo_flavor,
 )
@@ -251,7 +253,7 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         "parallelism": parallelism,
         "checkpoint": {"enable": True, "folder": "checkpoint", "interval": checkpoint_interval},
         "activation_checkpoint": _activation_checkpoint(plan),
-        "compile": {"enable": titan.compile, "components": ["model", "loss"]},
+        "compile": _compile(titan),
     }
     if job.deterministic:  # torch's deterministic algorithms (model.determinism)
         out["debug"] = {"deterministic": True}
@@ -338,3 +340,11 @@ def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
         text += f"\n[{name}]\n"
         text += "".join(f"{k} = {toml_value(v)}\n" for k, v in items.items())
     return text
+
+
+def _compile(titan: TorchtitanSection) -> dict[str, Any]:
+    """The compile table: on where the plan compiles the model (compile) or the loss
+    (compile_loss), with those components (e347b1e5 job_config.py's compile.components;
+    components/loss.py:33-35 compiles the loss where "loss" is among them)."""
+    parts = [name for name, on in (("model", titan.compile), ("loss", titan.compile_loss)) if on]
+    return {"enable": bool(parts), "components": parts or ["model", "loss"]}

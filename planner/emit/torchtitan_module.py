@@ -259,6 +259,7 @@ def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
     lr, min_lr = float(schedule["--lr"]), float(schedule["--min-lr"])
     seq = job.seq_length
     async_tp = titan.async_tp and titan.compile
+    parts = [name for name, on in (("model", titan.compile), ("loss", titan.compile_loss)) if on]
     loss_imports = "CrossEntropyLoss"
     if titan.loss_chunks > 1:
         loss_imports = "ChunkedLossWrapper, CrossEntropyLoss"
@@ -290,8 +291,9 @@ def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
         f"config.training.steps = {int(schedule['--train-iters'])}",
         "config.training.disable_cuda_graphs = True",
         f"config.activation_checkpoint = {ac}",
-        f"config.compile = CompileConfig(enable={titan.compile}, "
-        f"enable_async_tensor_parallel={async_tp})",
+        f"config.compile = CompileConfig(enable={bool(parts)}, "
+        + (f"components={parts!r}, " if parts else "")
+        + f"enable_async_tensor_parallel={async_tp})",
         f"config.optimizer = default_adamw(lr={lr!r})",
         *(  # AdamW's moments in bf16 (components/optimizer/optimizer.py:109-123, :332-371)
             ['config.optimizer.implementation = "fused_opt_states_bf16"']

@@ -212,6 +212,12 @@ FLOAT8_EXPERTS_RECIPE = "rowwise"
 """The scaling of torchtitan's float8 experts (`FLOAT8_EXPERTS`): rowwise, at every linear
 recipe."""
 
+COMPILE_LOSS_KEY = "planner_loss"
+"""The compile table's key that carries whether the loss is compiled, inductor's fusion (a
+TOML's `torchtitan_config._read`, a Python configuration's `torchtitan_tables`), to
+`torchtitan_config._document` ([torchtitan] compile_loss): no torchtitan field, so no file
+sets it (`torchtitan_toml.check_fields` refuses it)."""
+
 ROUTER_GATE = "router.gate"
 """The MoE router's gate (`layers.<i>.moe.router.gate`, an nn.Linear at e347b1e5 models/moe/
 moe.py:224, a Linear.Config at b5bcd76c models/common/moe.py:195): the float8 linear converter
@@ -240,6 +246,12 @@ class TorchtitanSection(BaseModel):
         description="enable_async_tensor_parallel (needs compile; at tp 1 torchtitan ignores it)",
     )
     compile: Flag = Field(default=False, description="torch.compile each transformer block")
+    compile_loss: Flag = Field(
+        default=False,
+        description='torch.compile the loss ("loss" in compile.components, inductor: e347b1e5 '
+        "components/loss.py:33-35, b5bcd76c loss.py:245-252, :557), alone or with compile; "
+        "its memory: loss_activations.COMPILED_PYTORCH_LOSS_BYTES_PER_LOGIT",
+    )
     pipeline_schedule: Schedule | None = Field(
         default=None,
         description="pipeline_parallel_schedule (vpp must fit it); None = 1F1B at vpp 1, "

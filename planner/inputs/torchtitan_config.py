@@ -7,9 +7,10 @@ Field names: torchtitan/config/job_config.py at planner.inputs.torchtitan.TORCHT
 name it lacks, or a field planner does not model off its default, is refused
 (`planner.inputs.torchtitan_toml`). What the TOML says is read into the plan (the degrees, the
 batch and micro-batch, the schedule and its stages from module_fqns_per_model_part, activation
-checkpointing, compile of the model, float8, the FSDP policy); the training-code knobs it has no
-field for take torchtitan's defaults, as in a plan that leaves them out. The GPU is --gpu, else
-the `# planner-gpu:` header line planner writes; the GPU count the product of the degrees.
+checkpointing, compile of the model and of the loss, float8, the FSDP policy); the training-code
+knobs it has no field for take torchtitan's defaults, as in a plan that leaves them out. The GPU
+is --gpu, else the `# planner-gpu:` header line planner writes; the GPU count the product of the
+degrees.
 
 A TOML is read as e347b1e5 runs it: what that torchtitan raises on exits 2 naming the field
 (`torchtitan_toml.era_refusal`, DeepSeek's DeepEP without EP or with expert TP), DeepEP for a
@@ -35,7 +36,7 @@ from planner.inputs import torchtitan_refusals as refusals
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml, read_file
 from planner.inputs.plan import Plan, parse_plan
-from planner.inputs.torchtitan import MODELS, MOE_MODELS, check_reduce_dtype
+from planner.inputs.torchtitan import COMPILE_LOSS_KEY, MODELS, MOE_MODELS, check_reduce_dtype
 from planner.inputs.torchtitan_pipeline import batches, get, pipeline
 
 FLAVORS = {v: k for k, v in MODELS.items()}
@@ -86,10 +87,17 @@ def _read(
             raise InputError(
                 f"{where}: compile.components: expected a list of names (got {spelled(parts)})"
             )
+        on = get(doc, where, "compile", "enable", bool, False)
+        backend = compile_.get("backend", refusals.FUSING_BACKEND)
+        # the loss compiled on its own (e347b1e5 components/loss.py:33-35): fused by inductor
+        # alone (another backend's loss reads as eager, the larger); planner's key, read back
+        # as [torchtitan] compile_loss (`_document`)
+        loss = on and "loss" in parts and backend == refusals.FUSING_BACKEND
+        compile_ = {**compile_, COMPILE_LOSS_KEY: loss}
+        doc = {**doc, "compile": compile_}
         if "model" not in parts:  # the loss alone compiled: the model runs eager
             doc = {**doc, "compile": {**compile_, "enable": False}}
-        elif compile_.get("enable", False):  # e347b1e5 parallelize.py:262-264 passes backend
-            backend = compile_.get("backend", refusals.FUSING_BACKEND)
+        elif on:  # e347b1e5 parallelize.py:262-264 passes backend
             said = refusals.compile_backend(where, "compile.backend", backend, False)
             if said is not None:  # nothing fused: as compile off, async TP (inductor's) too
                 notes.append(("compile.backend", said))
@@ -220,6 +228,8 @@ def _document(
         "async_tp": par("enable_async_tensor_parallel", False, bool) and tp > 1,
         "compile": get(doc, where, "compile", "enable", bool, False),
     }
+    if get(doc, where, "compile", COMPILE_LOSS_KEY, bool, False):
+        titan["compile_loss"] = True
     if schedules > 1:  # gradient accumulation under pipelining: a schedule per step of it
         titan["gradient_accumulation_steps"] = schedules
     if balancer is None:

@@ -34,7 +34,8 @@ converter's recipe the FP8 recipe (its filter_fqns without "router.gate" in an M
 said: planner times the gate in bf16); Float8GroupedExpertsConverter beside it `[torchtitan]
 float8_experts` (refused with DeepEP, which b5bcd76c raises on); `moe_comm_backend='deepep'` the
 flex dispatcher; None,
-SelectiveAC and FullAC the recompute; compile of the "model" component planner's compile.
+SelectiveAC and FullAC the recompute; compile of the "model" component planner's compile, of
+the "loss" its compile_loss.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from typing import Any
 
 from planner.inputs import torchtitan_refusals as refusals
 from planner.inputs.errors import InputError, spelled
-from planner.inputs.torchtitan import MOE_MODELS, ROUTER_GATE, check_reduce_dtype
+from planner.inputs.torchtitan import COMPILE_LOSS_KEY, MOE_MODELS, ROUTER_GATE, check_reduce_dtype
 from planner.inputs.torchtitan_baselines import (
     DEFAULTS,
     SECTION_FIELDS,
@@ -132,7 +132,9 @@ class Document:
         self._checkpointing(tables)
         enable = self.need(("compile", "enable"), bool)
         components = self.need(("compile", "components"), list)
-        tables["compile"] = {"enable": enable and "model" in components}
+        fuses = self.need(("compile", "backend"), str) == refusals.FUSING_BACKEND
+        loss = enable and "loss" in components and fuses  # b5bcd76c loss.py:245-252
+        tables["compile"] = {"enable": enable and "model" in components, COMPILE_LOSS_KEY: loss}
         async_tp = self.need(("compile", "enable_async_tensor_parallel"), bool)
         if async_tp and not tables["compile"]["enable"]:
             raise InputError(

@@ -112,7 +112,9 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         micro_batch_size=layout.micro_batch_size,
         fused_norm=job.fused_norm,
         cross_entropy=job.cross_entropy,
-        compiled_loss=job.compiled_loss_fusion and job.framework == "megatron",
+        compiled_loss=job.titan.compile_loss
+        if job.framework == "torchtitan"
+        else job.compiled_loss_fusion and job.framework == "megatron",
         loss_chunks=job.titan.loss_chunks if job.framework == "torchtitan" else 1,
         attention_dropout=job.attention_dropout,
         unfused_attention=job.unfused_attention,

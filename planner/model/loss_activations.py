@@ -26,6 +26,27 @@ logits are freed before backward); backward adds the nll gradient (4) and the lo
 gradient (4) before the first is released. Megatron's fused kernel keeps 2 + 4. At tp > 1 see
 LOSS_PARALLEL_BYTES_PER_LOGIT."""
 
+COMPILED_PYTORCH_LOSS_BYTES_PER_LOGIT = 6
+"""The same loss at tp 1 under torch.compile's inductor (`[torchtitan] compile_loss`: e347b1e5
+components/loss.py:20-35, b5bcd76c loss.py:32-62, :245-252; not measured), bounded by what its
+graphs must hold. The bf16 logits (2) exist anyway, lm_head's output, as the graph's input. The
+forward fuses the upcast, the log-softmax's row max and sum of exponentials and the label's gather
+into reductions: no fp32 [T, V] tensor is needed there, only per-row values. What it saves for
+the backward is the min-cut partitioner's choice (torch/_functorch/partitioners.py: the reductions'
+row outputs are saved, the pointwise ops may be recomputed): the bf16 input (2, then alive until
+the backward, as the eager loss's is not: e347b1e5 train.py:540-541 `del pred`), or an fp32 [T, V]
+upcast or log-softmax (4, written while the bf16 logits are alive: 2 + 4 at the forward's end).
+The backward is one pointwise kernel, (softmax - one-hot) x grad, over the saved tensor and the
+row values, that writes the bf16 logits' gradient (2; the upcast's backward cast fused): the
+nll backward's scatter into zeros is lowered to a pointwise select fused into it
+(torch/_inductor/config.py optimize_scatter_upon_const_tensor, on by default), so no fp32
+gradient is written. Peak: the saved tensor and the bf16 gradient, 2 + 2 if the bf16 input is
+saved, 4 + 2 if an fp32 one is; the larger (6) is taken, since which one the partitioner's
+weights pick (they favour nodes nearer the backward) is not bounded here. With the scatter pass
+off the one-hot is an fp32 [T, V] buffer (4 more), not modelled. At tp > 1 the compiled loss
+keeps LOSS_PARALLEL_BYTES_PER_LOGIT (its DTensor loss_parallel, or b5bcd76c's autograd Function
+:65-216, under compile is not derived here; compile only fuses, so the eager figure bounds it)."""
+
 LOSS_PARALLEL_BYTES_PER_LOGIT = 16
 """The same loss at tp > 1, where torchtitan runs it under PyTorch's loss_parallel on the
 vocab-sharded logits (torch/distributed/tensor/parallel/loss.py, by hand): its backward,
@@ -64,10 +85,11 @@ PIPELINE_STAGE_OUTPUT is never taken there)."""
 def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
     """Last stage, for the micro-batch at the loss: the final norm's input and output (the output
     layer's input) and the loss kernel's peak over the local logits (Megatron's
-    MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT, under TP
-    LOSS_PARALLEL_BYTES_PER_LOGIT; with the logits gathered over TP every rank also holds the
-    gathered logits' working set). In fp32 training (`planner.model.fp32`) the norm's values are
-    4 bytes and Megatron's loss keeps fp32.LOSS_BYTES_PER_LOGIT."""
+    MEGATRON_LOSS_BYTES_PER_LOGIT; PyTorch's cross entropy PYTORCH_LOSS_BYTES_PER_LOGIT, compiled
+    COMPILED_PYTORCH_LOSS_BYTES_PER_LOGIT, under TP LOSS_PARALLEL_BYTES_PER_LOGIT; with the
+    logits gathered over TP every rank also holds the gathered logits' working set). In fp32
+    training (`planner.model.fp32`) the norm's values are 4 bytes and Megatron's loss keeps
+    fp32.LOSS_BYTES_PER_LOGIT."""
     T, h = sh.tokens, arch.hidden_size
     norm = norm_in(T, h, sh) + word(sh) * T * h
     norm = norm / sh.tp if sh.sequence_parallel else norm
@@ -76,6 +98,8 @@ def logits_bytes(arch: ModelArch, padded_vocab: int, sh: Shard) -> float:
         return norm + word(sh) * local + GATHERED_LOSS_BYTES_PER_LOGIT * T * padded_vocab
     if sh.cross_entropy == "pytorch":
         per = LOSS_PARALLEL_BYTES_PER_LOGIT if sh.tp > 1 else PYTORCH_LOSS_BYTES_PER_LOGIT
+        if sh.compiled_loss and sh.tp == 1:  # inside each chunk too (b5bcd76c loss.py:557)
+            per = COMPILED_PYTORCH_LOSS_BYTES_PER_LOGIT
         if sh.loss_chunks > 1:
             return norm + per * local / sh.loss_chunks + chunk_gradient_bytes(T, h)
         return norm + per * local

@@ -92,7 +92,9 @@ class Shard:
     micro_batch_size: int = 1
     fused_norm: bool = True
     cross_entropy: Literal["fused", "pytorch", "gathered"] = "fused"
-    compiled_loss: bool = False  # COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT more per logit
+    compiled_loss: bool = False
+    """The loss under torch.compile: Megatron's fused one COMPILED_LOSS_EXTRA_BYTES_PER_LOGIT
+    more per logit, torchtitan's COMPILED_PYTORCH_LOSS_BYTES_PER_LOGIT (`logits_bytes`)."""
     loss_chunks: int = 1
     """torchtitan's ChunkedLossWrapper chunks (`TorchtitanSection.loss_chunks`; 1 = whole
     logits): `loss_activations.logits_bytes`."""

@@ -228,8 +228,9 @@ def activation_parts(
         # the two bf16 logits buffers the pipeline's output buffers hold (Hagemann et al.)
         gathered = GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
     # PyTorch's loss (torchtitan): no measured run separates its buffers from the recomputed
-    # layer's, and its published peaks hold both (tests/model/test_memory_published.py)
-    both = sh.cross_entropy == "pytorch"
+    # layer's, and its published peaks hold both (tests/model/test_memory_published.py); not the
+    # chunked loss: its backward ends in the loss call (b5bcd76c loss.py:676-700, then :713-720)
+    both = sh.cross_entropy == "pytorch" and sh.loss_chunks == 1
     counts = arch.kind_counts(chunks)
     present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
     moving = offloading_totals(arch, layout, sh, chunks) if sh.offload else ()
