@@ -22,7 +22,7 @@ from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
 from planner.model.fine_offload import moved, offloading_totals, window_bytes
 from planner.model.fp32 import pipeline_message_bytes
-from planner.model.graph_buffers import graph_shared_bytes
+from planner.model.graph_buffers import chunk_copies, graph_shared_bytes, pool_holds_working
 from planner.model.in_flight import SPLIT_BACKWARD, group_size, one_period, schedule_peak
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import (
@@ -144,7 +144,7 @@ class Parts(NamedTuple):
     gathered: float | None
     """The logits buffers a gathered loss holds beside the working set (None: not held)."""
     both: bool
-    """PyTorch's loss: its buffers and the working set together."""
+    """PyTorch's loss, or per-layer graphs' pool: the loss's buffers and the working set add."""
     window: float | None
     """Fine-grained offloading's reload window on top of what is stored (None: none)."""
     cp_bytes: float | None
@@ -176,6 +176,7 @@ def activation_parts(
         per if quantised is None else blended(arch, per, quantised, pieces, c) for c in chunks
     )
     kept = list(chunks_kept(arch, layout, pers, chunks))
+    kept = chunk_copies(arch, sh, kept, rank == 0, rank == layout.output_rank)
     if rank == 0:
         kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh, layout)
         if job.t5_encoder is not None:  # pp 1 (rules.t5_scope): every decoder layer is here
@@ -229,8 +230,9 @@ def activation_parts(
         gathered = GATHERED_HELD_BYTES_PER_LOGIT * sh.tokens * vocab
     # PyTorch's loss (torchtitan): no measured run separates its buffers from the recomputed
     # layer's, and its published peaks hold both (tests/model/test_memory_published.py); not the
-    # chunked loss: its backward ends in the loss call (b5bcd76c loss.py:676-700, then :713-720)
-    both = sh.cross_entropy == "pytorch" and sh.loss_chunks == 1
+    # chunked loss: its backward ends in the loss call (b5bcd76c loss.py:676-700, then :713-720);
+    # nor can the loss reuse graphed layers' working sets, in the graphs' own memory pool
+    both = (sh.cross_entropy == "pytorch" and sh.loss_chunks == 1) or pool_holds_working(sh)
     counts = arch.kind_counts(chunks)
     present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
     moving = offloading_totals(arch, layout, sh, chunks) if sh.offload else ()

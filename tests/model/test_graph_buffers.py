@@ -1,10 +1,11 @@
 """The static buffers per-layer CUDA graphs keep (`planner.model.graph_buffers`). Oracles:
-Megatron-LM d98e8a64 megatron/core/transformer/cuda_graphs.py (the local runners' per-layer
-static gradients, :1477-1633; _reuse_graph_input_output_buffers for TE >= 2.7, :2683-2686) and
-TransformerEngine d0067d0d transformer_engine/pytorch/graph.py (one static gradient-output set
-per signature, :803-818; earlier gradient inputs weak references, :880-906; a graph's static
-output kept until its backward capture beside the next layer's static input, :729, :1045-1050),
-with the bytes by hand: one layer input is [s, b, h] bf16, 2 x T x h."""
+Megatron-LM d98e8a64 megatron/core/transformer/cuda_graphs.py (the local runners' buffers weak
+references after capture, :1632-1635, in one pool, :1929, a chunk's input copied, :837-849;
+_reuse_graph_input_output_buffers for TE >= 2.7, :2683-2686) and TransformerEngine d0067d0d
+transformer_engine/pytorch/graph.py (one static gradient-output set per signature, :803-818;
+earlier gradient inputs weak references, :880-906; a graph's static output kept until its
+backward capture beside the next layer's static input, :729, :1045-1050; one pool for every
+graph, :485, :678), with the bytes by hand: one layer input is [s, b, h] bf16, 2 x T x h."""
 
 from __future__ import annotations
 
@@ -15,9 +16,16 @@ import pytest
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Plan, parse_plan
 from planner.model import memory
-from planner.model.graph_buffers import graph_bytes, graph_shared_bytes
+from planner.model.graph_buffers import (
+    chunk_copies,
+    graph_bytes,
+    graph_shared_bytes,
+    pool_holds_working,
+)
+from planner.model.layer_kept import per_layer
 from planner.model.layout_shard import make_shard
 from planner.model.shard import Shard
+from planner.model.stage_activations import activation_parts, peak_bytes
 
 T, H = 8 * 4096, 2048  # Qwen3-30B-A3B, mbs 8 x seq 4096 (Megatron-Bridge's Q48 recipe)
 LAYER_INPUT = 2 * T * H  # bf16
@@ -49,12 +57,37 @@ def _plan(impl: str | None, modules: list[str], sp: bool = False, tp: int = 1) -
     return parse_plan(doc)
 
 
-def test_the_local_runners_keep_two_layer_inputs_per_layer() -> None:
-    # cuda_graphs.py:1492-1510 (static_grad_outputs), :1609-1627 (static_grad_inputs): 2 x 2Th
+def test_the_local_runners_keep_no_buffer_per_layer() -> None:
+    # cuda_graphs.py:1632-1635 d98e8a64: the static gradients become weak references after the
+    # backward capture, the forward buffers too; all in the one global pool (:1929): 0 x 2Th
     sh = Shard(tokens=T, cuda_graphs=True, cuda_graph_impl="local")
-    assert graph_bytes(_arch(), sh) == 2 * LAYER_INPUT
-    assert graph_bytes(_arch(), replace(sh, cuda_graph_impl=None)) == 2 * LAYER_INPUT
+    assert graph_bytes(_arch(), sh) == 0.0
+    assert graph_bytes(_arch(), replace(sh, cuda_graph_impl=None)) == 0.0
     assert graph_shared_bytes(_arch(), sh) == 0.0
+
+
+def test_the_local_graphs_copy_a_chunk_input_and_hold_its_output() -> None:
+    # per chunk and micro-batch: the received input's copy (schedules.py:2366, cuda_graphs.py
+    # :837-849) and the output held in the pool (:1151-1180); none into the first rank's first
+    # chunk, none out of the loss rank's last one (its final norm saves it anyway)
+    sh = Shard(tokens=T, cuda_graphs=True, cuda_graph_impl="local")
+    li = LAYER_INPUT
+    assert chunk_copies(_arch(), sh, [0.0, 0.0], first=True, last=False) == [li, 2 * li]
+    assert chunk_copies(_arch(), sh, [5.0, 0.0], first=False, last=True) == [5 + 2 * li, li]
+    assert chunk_copies(_arch(), sh, [7.0], first=True, last=True) == [7.0]  # pp 1
+    te = replace(sh, cuda_graph_impl="transformer_engine")
+    assert chunk_copies(_arch(), te, [0.0, 0.0], first=False, last=False) == [0.0, 0.0]
+
+
+def test_the_graph_pool_holds_the_working_sets_of_the_layers_it_captures() -> None:
+    # one private pool for every graph (cuda_graphs.py:1929; TE graph.py:485, :678)
+    whole = Shard(tokens=T, cuda_graphs=True, cuda_graph_impl="local")
+    assert pool_holds_working(whole)
+    te = replace(whole, cuda_graph_impl="transformer_engine")
+    assert pool_holds_working(replace(te, cuda_graph_modules=frozenset({"attn", "moe_router"})))
+    assert not pool_holds_working(replace(te, cuda_graph_modules=frozenset({"moe_router"})))
+    assert not pool_holds_working(replace(whole, cuda_graph_impl="full_iteration"))
+    assert not pool_holds_working(replace(whole, cuda_graphs=False))
 
 
 def test_te_graphs_keep_no_gradient_set_per_layer() -> None:
@@ -79,19 +112,41 @@ def test_the_shard_reads_the_captured_modules() -> None:
     assert sh.cuda_graph_modules == {"moe_router", "moe_preprocess"}
 
 
-def test_te_router_graphs_of_the_b300_recipe_cost_three_layer_inputs_not_two_per_layer() -> None:
+def test_te_router_graphs_of_the_b300_recipe_cost_three_layer_inputs_more_than_local() -> None:
     """Qwen3-30B-A3B, 8 B300, ep 8, pp 1, mbs 8 x 4096 (Bridge qwen3_moe.py:193 @067f987d, its
     TE graphs of moe_router and moe_preprocess, :216-217): pp 1, so one micro-batch in flight
-    (cuda_graphs.py:2597-2601 captures one). Local graphs: 48 layers x 2 x 2Th = 12 GiB; TE's:
-    3 x 2Th = 0.375 GiB; the activations differ by the difference, 11.625 GiB, times the
-    allocator's fragmentation factor memory.FRAGMENTATION (no expandable segments here)."""
+    (cuda_graphs.py:2597-2601 captures one). Local graphs: nothing per layer, nothing per chunk
+    at pp 1; TE's: 3 x 2Th once; router graphs leave the working sets eager, so the activations
+    differ by 3 x 2Th times the allocator's fragmentation factor memory.FRAGMENTATION (no
+    expandable segments here)."""
     te = _plan("transformer_engine", ["moe_router", "moe_preprocess"])
     local = _plan("local", ["moe_router", "moe_preprocess"])
     a = memory.estimate(te.job, te.require_layout()).worst.activations
     b = memory.estimate(local.job, local.require_layout()).worst.activations
-    assert 48 * 2 * LAYER_INPUT / 2**30 == 12.0
-    saved = (48 * 2 * LAYER_INPUT - 3 * LAYER_INPUT) * memory.FRAGMENTATION
-    assert b - a == pytest.approx(saved, rel=1e-9)
+    assert a - b == pytest.approx(3 * LAYER_INPUT * memory.FRAGMENTATION, rel=1e-9)
+
+
+def test_the_loss_cannot_reuse_the_pool_of_graphed_attention() -> None:
+    """pp 1, TE graphs of attn and the router against the router's alone (the same static
+    buffers: neither captures a whole layer): eager the loss's logits reuse the layer's
+    backward working set W, peak stored + max(loss, W); in the graphs' pool they cannot, stored +
+    loss + W, which is what the rank holds with the loss zeroed (stored + W) plus the loss."""
+    attn = _plan("transformer_engine", ["attn", "moe_router"])
+    router = _plan("transformer_engine", ["moe_router"])
+    peaks = []
+    for plan in (attn, router):
+        job, lay = plan.job, plan.require_layout()
+        sh = make_shard(job, lay)
+        per = per_layer(job.arch, sh)
+        chunks = lay.chunk_layers(job.arch.num_layers)[0]
+        parts = activation_parts(job, lay, 0, chunks, sh, per)
+        no_loss = peak_bytes(job, lay, 0, sh, per, parts._replace(loss=0.0))
+        peaks.append((peak_bytes(job, lay, 0, sh, per, parts), no_loss, parts.loss))
+    (graphed, graphed_no_loss, loss), (eager, eager_no_loss, _) = peaks
+    assert loss > 0
+    assert graphed == pytest.approx(graphed_no_loss + loss, rel=1e-12)
+    assert graphed_no_loss == pytest.approx(eager_no_loss, rel=1e-12)
+    assert eager < graphed
 
 
 def _arch() -> ModelArch:

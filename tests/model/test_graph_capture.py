@@ -65,11 +65,12 @@ def test_shared_expert_overlap_keeps_the_norm_output_whatever_is_captured() -> N
 def test_a_full_iteration_graph_keeps_no_per_layer_static_buffers() -> None:
     """Megatron-LM d98e8a64 full_cuda_graph.py:97-135: FullCudaGraphWrapper keeps static copies
     of the data loader's batches only (StaticBufferLoader), no per-layer graph runner
-    (cuda_graphs.py's static_grad_outputs / static_grad_inputs): 0 per layer; the per-layer
-    implementations GRAPH_STATIC_TENSORS x 2 x T x h (hand count, bf16)."""
+    (cuda_graphs.py's static_grad_outputs / static_grad_inputs): 0 per layer; Transformer
+    Engine's graphs of whole layers their static output, 1 x 2 x T x h (hand count, bf16;
+    graph_buffers.TE_GRAPH_OUTPUT_COPIES)."""
     arch, T = TE.arch, 4096
-    per_layer = Shard(tokens=T, cuda_graphs=True, cuda_graph_impl="local")
-    assert activations.graph_bytes(arch, per_layer) == 2 * 2 * T * arch.hidden_size
+    per_layer = Shard(tokens=T, cuda_graphs=True, cuda_graph_impl="transformer_engine")
+    assert activations.graph_bytes(arch, per_layer) == 2 * T * arch.hidden_size
     whole_step = replace(per_layer, cuda_graph_impl="full_iteration")
     assert activations.graph_bytes(arch, whole_step) == 0.0
 
