@@ -55,7 +55,7 @@ class Settings:
     paged_stash: bool
     force_load_balancing: bool  # moe_router_force_load_balancing (MoE recipes)
     graph_modules: tuple[str, ...] | None  # CUDA graphs: the regions captured, () whole; None off
-    graph_impl: str | None  # "transformer_engine" where the cell names TE's per-layer graphs
+    extra: dict[str, object]  # more [training] fields: the graphs' implementation, the loss's
     notes: tuple[str, ...]
 
 
@@ -250,9 +250,28 @@ def read(r: Recipe) -> Settings:
         paged_stash=paged,
         force_load_balancing=r.is_moe and not learned,
         graph_modules=graph_modules,
-        graph_impl="transformer_engine" if graphs.startswith("transformer_engine") else None,
+        extra=_extra(r, graph_modules is not None and "full_iteration" not in graphs),
         notes=tuple(notes),
     )
+
+
+NATIVE_LOSS_FAMILIES = ("nemotronh_56b",)
+"""Families whose perf recipes run Megatron's native fused loss, not Transformer Engine's
+(perf_recipes/nemotronh/common.py:99 `_benchmark_common(cfg, cross_entropy_impl="native")`;
+the others keep _common.py:12's "te"): planner's compiled_loss_fusion, 10 bytes a logit."""
+
+
+def _extra(r: Recipe, per_layer_graphs: bool) -> dict[str, object]:
+    """[training] fields beyond `Settings`' own: Bridge's per-layer CUDA graphs are Transformer
+    Engine's whatever the cell's impl (utils/cuda_graph.py:146-154 at 067f987d: it runs per-layer
+    graphs through TE only; planner.model.graph_buffers), and the native loss of
+    `NATIVE_LOSS_FAMILIES`."""
+    out: dict[str, object] = {}
+    if per_layer_graphs:
+        out["cuda_graph_impl"] = "transformer_engine"
+    if r.family in NATIVE_LOSS_FAMILIES:
+        out["compiled_loss_fusion"] = True
+    return out
 
 
 def _legacy_why(r: Recipe, flat: Recipe) -> str:

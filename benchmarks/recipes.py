@@ -134,8 +134,7 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
         training["cuda_graphs"] = True
         if s.graph_modules:
             training["cuda_graph_modules"] = list(s.graph_modules)
-        if s.graph_impl:  # TE's graphs share their static buffers (planner.model.graph_buffers)
-            training["cuda_graph_impl"] = s.graph_impl
+    training.update(s.extra)  # TE's per-layer graphs; the native loss (recipe_settings._extra)
     if recipe_expandable(r):
         training["expandable_segments"] = True
     # no recipe runs hidden or attention dropout at Bridge 067f987d: the model bridges set
