@@ -61,6 +61,13 @@ BLOCK_ALIGN = 32
 TMA's 16-byte alignment is 32 FP4 values) d98e8a64."""
 
 
+TE_NVFP4_ALIGN = 128
+"""Rows per expert segment of the experts' own NVFP4 padding: Transformer Engine d0067d0d's
+Fp8Padding takes its recipe's alignment when Megatron passes none (module/fp8_padding.py:117-119),
+quantization.py:274-278 `get_align_size_for_quantization`: 32 for MXFP8, 128 for NVFP4, else 16
+(Megatron's own 32 for NVFP4, `BLOCK_ALIGN`, is the router's and HybridEP's)."""
+
+
 class Padding(NamedTuple):
     """Padding rows of one MoE layer per micro-batch on one GPU, bounds (module docstring)."""
 
@@ -140,12 +147,14 @@ def _experts_align(job: Job) -> int:
     `align_size` from `align_size` under the grouped tensor alone, else None, which Transformer
     Engine d0067d0d takes as the recipe's, module/fp8_padding.py:117-119; and only under FP8 /
     FP4 or the grouped tensor, experts.py:736, :896): 256 under the grouped tensor, the recipe's
-    16 or 32 under FP8 / FP4 even with the op fuser on, 0 (no padding) in bf16 without the
-    grouped tensor."""
+    16, 32 (MXFP8) or 128 (NVFP4, `TE_NVFP4_ALIGN`) under FP8 / FP4 even with the op fuser on, 0
+    (no padding) in bf16 without the grouped tensor."""
     if job.moe_grouped_tensor:
         return GROUPED_TENSOR_ALIGN
     if not job.quantised:
         return 0
+    if job.quant_recipe == "nvfp4":
+        return TE_NVFP4_ALIGN
     return BLOCK_ALIGN if job.block_scaled else FP8_ALIGN
 
 

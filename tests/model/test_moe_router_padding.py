@@ -162,3 +162,12 @@ def test_the_experts_pad_to_the_recipe_under_the_op_fuser() -> None:
     assert shard(replace(fused, moe_grouped_tensor=True), lay).pad_pairs == 16 * 255
     bf16 = replace(job("qwen3-30b-a3b", "h100-sxm-80gb", 8, T, 64), moe_fused_grouped_mlp=True)
     assert shard(bf16, lay).pad_pairs == 0 and not shard(bf16, lay).expert_padding
+
+
+def test_nvfp4_experts_pad_to_transformer_engines_128() -> None:
+    # Transformer Engine d0067d0d quantization.py:274-278: Fp8Padding without an align_size (as
+    # Megatron builds it outside the grouped tensor, experts.py:305-314) takes 128 rows under
+    # NVFP4. Qwen3-30B-A3B (128 experts) at ep 8: 16 local experts x (128 - 1) = 2,032 rows
+    lay = Layout(tp=1, pp=1, dp=8, ep=8, moe_token_dispatcher_type="alltoall")
+    fp4 = job("qwen3-30b-a3b", "b200-sxm-180gb", 8, T, 64, precision="fp4")
+    assert shard(fp4, lay).pad_pairs == 16 * 127 and shard(fp4, lay).expert_padding
