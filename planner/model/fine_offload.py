@@ -52,6 +52,7 @@ Time: `transfer_seconds`, the bytes copied (`copied_bytes`) one way over the GPU
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.inputs.arch import ModelArch
@@ -175,11 +176,6 @@ def _split(m: Moved, sh: Shard) -> Moved:
     return Moved(split(0.0, m.freed, sh), split(0.0, m.copied, sh), split(0.0, m.reloaded, sh))
 
 
-def _moe_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> float:
-    """The MoE block's groups' bytes together (`_moe_groups`)."""
-    return sum(b for _, b in _moe_groups(arch, sh, modules))
-
-
 def _moe_groups(
     arch: ModelArch, sh: Shard, modules: frozenset[str]
 ) -> tuple[tuple[str, float], ...]:
@@ -206,6 +202,38 @@ def _moe_groups(
     return tuple(out)
 
 
+def group_moves(
+    arch: ModelArch,
+    is_moe: bool | LayerKind,
+    sh: Shard,
+    modules: frozenset[str],
+    recompute: bool = True,
+) -> tuple[tuple[str, Moved], ...]:
+    """What each of one layer's offload groups moves per micro-batch (`Moved`), in the order
+    Megatron opens them in the layer's forward (attn_norm, qkv_linear, core_attn, attn_proj,
+    mlp_norm, expert_fc1 / fused_group_mlp, moe_act), for a layer of a kind (or a transformer
+    layer's MoE flag: a hybrid stack's layers offload their attention or MoE block's modules, a
+    Mamba mixer or a gated delta net none: Megatron-Core marks no offload group in either). The
+    attention block's groups move nothing where their tensors together are below
+    MIN_OFFLOADED_ELEMENTS (`_attention_modules`), each MoE group where its own are; such a
+    group is still opened. None without modules, under full or per-op recompute (nothing is
+    saved inside the checkpointed layer), or for the MoE block where a checkpoint discards it.
+    recompute=False ignores full and per-op recompute: the groups of a layer that full
+    recompute leaves whole (block recompute's layers after the first N of a chunk,
+    `offloading_layers`)."""
+    if not modules or (recompute and sh.recompute in ("full", "per_op")):
+        return ()
+    kind = layer_kind(is_moe)
+    out: list[tuple[str, Moved]] = []
+    if kind.mixer == "attention":
+        groups = _attention_groups(arch, sh, modules)
+        keep = bool(_attention_modules(arch, sh, modules).copied)  # the floor on them together
+        out += [(name, m if keep else Moved()) for name, m in groups]
+    if kind.moe and not sh.drops("moe"):
+        out += [(name, _all(b)) for name, b in _moe_groups(arch, sh, modules)]
+    return tuple(out)
+
+
 def moved(
     arch: ModelArch,
     is_moe: bool | LayerKind,
@@ -214,20 +242,11 @@ def moved(
     recompute: bool = True,
 ) -> Moved:
     """What fine-grained offloading moves of one layer's saved activations per micro-batch
-    (module docstring; `Moved`: freed on the GPU, copied to the host, reloaded at once), for a
-    layer of a kind (or a transformer layer's MoE flag: a hybrid stack's layers offload their
-    attention or MoE block's modules, a Mamba mixer or a gated delta net none: Megatron-Core
-    marks no offload group in either); nothing without modules, under full recompute (nothing
-    is saved inside the checkpointed layer), or for modules a checkpointed block (mlp, moe)
-    discards. recompute=False ignores full and per-op recompute: what a layer that full
-    recompute leaves whole offloads (block recompute's layers after the first N of a chunk,
-    `offloading_layers`)."""
-    if not modules or (recompute and sh.recompute in ("full", "per_op")):
-        return Moved()
-    kind = layer_kind(is_moe)
-    total = _attention_modules(arch, sh, modules) if kind.mixer == "attention" else Moved()
-    if kind.moe and not sh.drops("moe"):
-        total += _all(_moe_modules(arch, sh, modules))
+    (module docstring; `Moved`: freed on the GPU, copied to the host, reloaded at once) where
+    every group moves: `group_moves` together."""
+    total = Moved()
+    for _, m in group_moves(arch, is_moe, sh, modules, recompute):
+        total += m
     return total
 
 
@@ -254,24 +273,79 @@ def copied_bytes(
 def group_bytes(
     arch: ModelArch, is_moe: bool | LayerKind, sh: Shard, modules: frozenset[str]
 ) -> tuple[tuple[str, float], ...]:
-    """One layer's offload groups as Megatron opens them in its forward (attn_norm, qkv_linear,
-    core_attn, attn_proj, mlp_norm, expert_fc1 / fused_group_mlp, moe_act), each with the bytes
-    it copies to the host and back in a layer that moves them: `copied_bytes` group by group (a
-    group whose tensors are all below the size floor copies nothing but is still opened)."""
-    if not modules:
-        return ()
-    kind = layer_kind(is_moe)
-    out: list[tuple[str, float]] = []
-    if kind.mixer == "attention":
-        groups = _attention_groups(arch, sh, modules)
-        total = Moved()
-        for _, m in groups:
-            total += m
-        keep = bool(total.big(word(sh)).copied)  # the floor on the block's tensors together
-        out += [(name, m.copied if keep else 0.0) for name, m in groups]
-    if kind.moe and not sh.drops("moe"):
-        out += list(_moe_groups(arch, sh, modules))
-    return tuple(out)
+    """One layer's offload groups as Megatron opens them in its forward, each with the bytes it
+    copies to the host and back in a layer that moves them (`group_moves(...,
+    recompute=False)`, copied: 0 for a group whose tensors are below the size floor)."""
+    return tuple((name, m.copied) for name, m in group_moves(arch, is_moe, sh, modules, False))
+
+
+def fraction_moves(copies: Sequence[float], fraction: float) -> list[bool]:
+    """Per offload group of one model chunk, in the order its forward opens them (every layer's
+    groups, layer after layer; `copies`: the bytes each copies), whether it moves under
+    --activation-offload-fraction: of the groups that copy anything, all but the last
+    int(n x (1 - fraction)), which stay on the GPU (Megatron-LM d98e8a64
+    fine_grained_activation_offload.py:650-668, post_warmup_callback, per chunk, `reversed`).
+    A group that copies nothing moves nothing either way. The one rule memory
+    (`layer_kept.chunk_kept`), host memory (`chunk_copies`) and the transfer times
+    (`stage_offload`) read."""
+    eligible = [i for i, c in enumerate(copies) if c > 0.0]
+    stay = set(eligible[len(eligible) - int(len(eligible) * (1.0 - fraction)) :])
+    return [i not in stay for i in range(len(copies))]
+
+
+def moving_layers(kinds: Sequence[int], counts: Sequence[int]) -> list[bool]:
+    """Per layer of a chunk (its kinds' indices in `ModelArch.kinds`, in order), whether its
+    groups move, of `counts[j]` layers of kind j that move (`offloading_layers`): each kind's
+    last ones (block recompute checkpoints a chunk's first N)."""
+    left = list(counts)
+    moves = [False] * len(kinds)
+    for i in reversed(range(len(kinds))):
+        if left[kinds[i]] > 0:
+            left[kinds[i]] -= 1
+            moves[i] = True
+    return moves
+
+
+def _chunk_moves(
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+) -> list[list[list[tuple[Moved, bool]]]]:
+    """Per chunk of one rank, per layer of it that moves its offload groups
+    (`offloading_layers`, `moving_layers`), each group's `Moved` and whether `fraction_moves`
+    moves it, all the chunk's groups taken in the order they open."""
+    mods = frozenset(lay.offload_modules)
+    index = {kind: j for j, kind in enumerate(arch.kinds)}
+    each = [[m for _, m in group_moves(arch, kd, sh, mods, False)] for kd in arch.kinds]
+    out = []
+    for c, counts in zip(chunks, offloading_layers(arch, lay, sh, chunks), strict=True):
+        kinds = [index[kd] for kd in arch.layer_kinds[c.start : c.stop]]
+        moving = moving_layers(kinds, counts)
+        layers = [each[j] for j, mv in zip(kinds, moving, strict=True) if mv]
+        moves = iter(
+            fraction_moves([m.copied for g in layers for m in g], lay.activation_offload_fraction)
+        )
+        out.append([[(m, next(moves)) for m in g] for g in layers])
+    return out
+
+
+def chunk_copies(
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+) -> tuple[float, ...]:
+    """Per chunk of one rank, the bytes per micro-batch its offload groups that move copy to
+    the host and back (`_chunk_moves`)."""
+    moves = _chunk_moves(arch, lay, sh, chunks)
+    return tuple(sum(m.copied for g in c for m, mv in g if mv) for c in moves)
+
+
+def reload_window(
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+) -> float | None:
+    """Offloaded bytes on the GPU at a rank's peak, reloaded around the backward
+    (`window_bytes`): of the rank's layers that move groups, the most one layer's moving
+    groups reload at once (`Moved.reloaded`, `_chunk_moves`); None where no layer moves any."""
+    layers = [g for c in _chunk_moves(arch, lay, sh, chunks) for g in c]
+    if not layers:
+        return None
+    return window_bytes(max(sum(m.reloaded for m, mv in g if mv) for g in layers))
 
 
 def offloading_layers(
@@ -302,18 +376,6 @@ def offloading_layers(
         )
         for c in chunks
     )
-
-
-def offloading_totals(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
-) -> tuple[int, ...]:
-    """`offloading_layers` over all of `chunks`: per layer kind, the rank's layers that move
-    their offload groups."""
-    out = [0] * len(arch.kinds)
-    for counts in offloading_layers(arch, lay, sh, chunks):
-        for j, n in enumerate(counts):
-            out[j] += n
-    return tuple(out)
 
 
 WINDOW_LAYERS = 2

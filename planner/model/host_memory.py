@@ -11,9 +11,9 @@ Per GPU, the busiest pipeline rank's:
 - whole-layer offloading (pp 1): the activations of the first min(k, n - 1) layers of one
   micro-batch (Transformer Engine's schedule, `cpu_offload`, keeps the others on the GPU; pp 1
   runs one micro-batch at a time);
-- fine-grained offloading: each in-flight micro-batch's offloaded groups (`copied_bytes` of
-  each layer that moves them, `fine_offload.offloading_layers`: under full recompute only those
-  it leaves whole; the first `Layout.activation_offload_fraction` of them), the in-flight count
+- fine-grained offloading: each in-flight micro-batch's offloaded groups (`fine_offload.
+  chunk_copies`: of the layers that move them, under full recompute only those it leaves whole,
+  the groups the activation offload fraction moves in each chunk), the in-flight count
   that of the GPU's activations (`in_flight.schedule_peak`): Megatron-LM d98e8a64
   fine_grained_activation_offload.py keeps the host copies in a pool of pinned tensors by shape
   (`OffloadTensorPool`), as many as were ever in flight;
@@ -50,7 +50,7 @@ from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import fp32, pools
-from planner.model.fine_offload import copied_bytes, offloading_layers
+from planner.model.fine_offload import chunk_copies
 from planner.model.host_checkpoint import rank_staging_bytes, stages
 from planner.model.host_pinned import (
     MASTER_BYTES,
@@ -180,18 +180,13 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
         first = range(chunk.start, chunk.start + min(k, len(chunk) - 1))
         host = per_layer(arch, sh).total(arch.kind_counts((first,)))
         return host * _roundup(job, sh)
-    each = [copied_bytes(arch, kind, sh, mods) for kind in arch.kinds]
-    f = layout.activation_offload_fraction
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     name, group = schedule_name(job, layout), microbatch_group(job, layout)
     peak, seen = 0.0, set()
     for rank, chunks in enumerate(ranks):
         if only is not None and rank not in only:
             continue
-        per_chunk = tuple(
-            f * sum(n * b for n, b in zip(counts, each, strict=True))
-            for counts in offloading_layers(arch, layout, sh, chunks)
-        )
+        per_chunk = chunk_copies(arch, layout, sh, chunks)
         if per_chunk in seen and job.framework == "megatron":
             continue  # Megatron's schedules: a lower rank holds as much, in no fewer micro-batches
         seen.add(per_chunk)

@@ -7,14 +7,15 @@ layer adds while the backward rebuilds it (`recompute_working`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import astuple, dataclass, replace
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
 from planner.model import cpu_offload
-from planner.model.fine_offload import offloaded_bytes
+from planner.model.fine_offload import Moved, fraction_moves, group_moves, offloaded_bytes
 from planner.model.job_memo import ModelMemo, kept_hash
 from planner.model.per_op_saved import all_to_all_bytes
 from planner.model.schedule import Chunks
@@ -27,13 +28,22 @@ class PerLayer:
     (`ModelArch.kinds`, in order), for one layout."""
 
     kept: tuple[float, ...]
-    """What a layer of each kind keeps under the layout's recompute policy."""
+    """What a layer of each kind keeps under the layout's recompute policy, every offload group
+    moved (`groups` adds back those that stay)."""
     full: tuple[float, ...]
     """Without full recompute: the working set while one layer is recomputed."""
     whole: tuple[float, ...]
     """What a layer that full recompute leaves whole keeps (block recompute's layers after a
     chunk's first N): `full` less what fine-grained offloading moves to the host from a layer
-    run without recompute (`fine_offload.offloading_layers`); `kept` without full recompute."""
+    run without recompute (`fine_offload.offloading_layers`), every group moved; `kept`
+    without full recompute."""
+    groups: tuple[tuple[Moved, ...], ...] = ()
+    """Per kind, what each offload group of a layer `kept` counts moves, in the order they open
+    (`fine_offload.group_moves`); () where no module is offloaded."""
+    whole_groups: tuple[tuple[Moved, ...], ...] = ()
+    """`groups` of a layer `whole` counts."""
+    fraction: float = 1.0
+    """The activation offload fraction (`fine_offload.fraction_moves`)."""
 
     def __hash__(self) -> int:  # the generated hash, once per object (the memos' keys)
         return kept_hash(self)
@@ -45,12 +55,27 @@ class PerLayer:
         return self.kept[0]
 
     def total(self, counts: tuple[int, ...]) -> float:
-        """Kept bytes of `counts[j]` layers of each kind j."""
-        return sum(n * b for n, b in zip(counts, self.kept, strict=True))
+        """Kept bytes of `counts[j]` layers of each kind j, kind after kind (`ordered`)."""
+        return self.ordered([j for j, n in enumerate(counts) for _ in range(n)])
 
     def whole_total(self, counts: tuple[int, ...]) -> float:
         """Kept bytes of `counts[j]` layers of each kind j that full recompute leaves whole."""
-        return sum(n * b for n, b in zip(counts, self.whole, strict=True))
+        return self.ordered([j for j, n in enumerate(counts) for _ in range(n)], True)
+
+    def ordered(self, kinds: Sequence[int], whole: bool = False) -> float:
+        """Kept bytes of one chunk's layers of these kinds (indices in `ModelArch.kinds`), in
+        the order they run (left whole by full recompute where `whole`): each kind's bytes with
+        every offload group moved, and the bytes the groups free that stay on the GPU, the
+        chunk's groups taken together in the order they open (`fine_offload.fraction_moves`,
+        Megatron's per-chunk rule: the chunk's last groups stay)."""
+        each = self.whole if whole else self.kept
+        out = sum(each[j] for j in kinds)
+        per = self.whole_groups if whole else self.groups
+        if self.fraction >= 1.0 or not per:  # int(n x 0): every group moves
+            return out
+        groups = [m for j in kinds for m in per[j]]
+        moves = fraction_moves([m.copied for m in groups], self.fraction)
+        return out + sum(m.freed for m, mv in zip(groups, moves, strict=True) if not mv)
 
 
 _PER_LAYER: ModelMemo[Shard, PerLayer] = ModelMemo()
@@ -64,20 +89,27 @@ def per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
 
 
 def _per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
-    # fine-grained offloading: the listed modules' saved inputs wait in host memory, those of
-    # the first offload_fraction of the layers (the others keep theirs: on average that share);
-    # under full recompute only in the layers it leaves whole (`PerLayer.whole`)
-    f = sh.offload_fraction
+    # fine-grained offloading: the listed modules' saved inputs wait in host memory, all of
+    # them here; per chunk the groups the offload fraction keeps are added back
+    # (`PerLayer.ordered`); under full recompute only in the layers it leaves whole
+    mods = sh.offload
     kept = tuple(
-        act.layer_bytes(arch, k, sh) - f * offloaded_bytes(arch, k, sh, sh.offload)
-        for k in arch.kinds
+        act.layer_bytes(arch, k, sh) - offloaded_bytes(arch, k, sh, mods) for k in arch.kinds
     )
     full = tuple(act.layer_bytes(arch, k, sh, recompute=False) for k in arch.kinds)
     whole = tuple(
-        b - f * offloaded_bytes(arch, k, sh, sh.offload, recompute=False)
+        b - offloaded_bytes(arch, k, sh, mods, recompute=False)
         for k, b in zip(arch.kinds, full, strict=True)
     )
-    return PerLayer(kept, full, whole)
+    if not mods:
+        return PerLayer(kept, full, whole)
+
+    def groups(recompute: bool) -> tuple[tuple[Moved, ...], ...]:
+        return tuple(
+            tuple(m for _, m in group_moves(arch, k, sh, mods, recompute)) for k in arch.kinds
+        )
+
+    return PerLayer(kept, full, whole, groups(True), groups(False), sh.offload_fraction)
 
 
 def with_a2a(arch: ModelArch, per: PerLayer, sh: Shard, ep: int) -> PerLayer:
@@ -127,23 +159,24 @@ def chunk_kept(
     N): Transformer Engine keeps at most n - N layers' activations on the GPU, any n - N
     consecutive ones (`cpu_offload.peak_window`).
     Otherwise each layer keeps what its recompute policy leaves (`PerLayer`)."""
-    n, counts = len(chunk), arch.kind_counts((chunk,))
+    n = len(chunk)
+    index = {kind: j for j, kind in enumerate(arch.kinds)}
+    kinds = [index[kd] for kd in arch.layer_kinds[chunk.start : chunk.stop]]
     if layout.recompute != "full":
         if layout.cpu_offloading_num_layers:
 
             def window(start: int, length: int) -> float:
-                a = chunk.start + start
-                return per.total(arch.kind_counts((range(a, a + length),)))
+                return per.ordered(kinds[start : start + length])
 
             return cpu_offload.peak_window(n, layout.cpu_offloading_num_layers, window)
-        return per.total(counts)
+        return per.ordered(kinds)
     k = layout.recompute_num_layers
     if layout.recompute_method == "uniform":
         return math.ceil(n / k) * per.dense  # a layer input: the same for every kind
     if ran is None:  # the chunk's recomputed layers: Megatron's first k
         ran = (range(chunk.start, chunk.start + min(k, n)),)
-    rest = sub_counts(counts, arch.kind_counts(ran))
-    return sum(map(len, ran)) * per.dense + per.whole_total(rest)
+    rest = [j for i, j in zip(chunk, kinds, strict=True) if not any(i in r for r in ran)]
+    return sum(map(len, ran)) * per.dense + per.ordered(rest, True)
 
 
 def blended(
@@ -161,10 +194,27 @@ def blended(
         shares = (k / n if n else 0.0 for k, n in zip(inside, counts, strict=True))
         return tuple(q + s * (w - q) for w, q, s in zip(a, b, shares, strict=True))
 
+    def mix_groups(
+        a: tuple[tuple[Moved, ...], ...], b: tuple[tuple[Moved, ...], ...]
+    ) -> tuple[tuple[Moved, ...], ...]:
+        if not a or not b:
+            return a or b
+        shares = (k / n if n else 0.0 for k, n in zip(inside, counts, strict=True))
+        return tuple(
+            tuple(
+                Moved(*(y + s * (x - y) for x, y in zip(astuple(w), astuple(q), strict=True)))
+                for w, q in zip(ws, qs, strict=True)
+            )
+            for ws, qs, s in zip(a, b, shares, strict=True)
+        )
+
     return PerLayer(
         mix(plain.kept, quantised.kept),
         mix(plain.full, quantised.full),
         mix(plain.whole, quantised.whole),
+        mix_groups(plain.groups, quantised.groups),
+        mix_groups(plain.whole_groups, quantised.whole_groups),
+        plain.fraction,
     )
 
 

@@ -210,7 +210,15 @@ class Chunk:
     """One chunk's steps (`items`, in forward order) and groups, with what its forward leaves
     for the backward, which reads neither the gap nor the rank: the search asks `waits` of the
     same chunk on every rank and layout that run it (`stage_offload.fine_offload_exposed`). The
-    copies out queue from an empty queue."""
+    copies out queue from an empty queue.
+
+    A departure from the source, on purpose: a group reloaded at its use on the compute stream
+    (`_Event` kind 2) starts its reload no earlier than its copy out is done. Megatron's
+    `tensor_pop` -> `reload` (:1063-1075, :937-952) waits on no event there; only
+    `bulk_reload_group` (:1182-1184) and the max-inflight drain wait on the offload event, so
+    the source's path can read a host buffer the copy out has not yet filled (a data race), which
+    no plan should count on. It changes no result in the patterns `stage_offload._kept` produces
+    (a review's brute force over random chunks and fractions: 0 of 8,000 differ)."""
 
     __slots__ = (
         "_forward",

@@ -20,7 +20,7 @@ from planner.model import activations as act
 from planner.model import cp_time, dsa, t5, vision
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
-from planner.model.fine_offload import moved, offloading_totals, window_bytes
+from planner.model.fine_offload import reload_window
 from planner.model.fp32 import pipeline_message_bytes
 from planner.model.graph_buffers import chunk_copies, graph_shared_bytes, pool_holds_working
 from planner.model.in_flight import SPLIT_BACKWARD, group_size, one_period, schedule_peak
@@ -235,16 +235,8 @@ def activation_parts(
     both = (sh.cross_entropy == "pytorch" and sh.loss_chunks == 1) or pool_holds_working(sh)
     counts = arch.kind_counts(chunks)
     present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
-    moving = offloading_totals(arch, layout, sh, chunks) if sh.offload else ()
-    window = None
-    if any(moving):
-        # the offloaded groups being reloaded and prefetched around the backward
-        each = (
-            moved(arch, k, sh, sh.offload, recompute=False).reloaded
-            for k, n in zip(arch.kinds, moving, strict=True)
-            if n
-        )
-        window = window_bytes(max(each))
+    # the offloaded groups being reloaded and prefetched around the backward
+    window = reload_window(arch, layout, sh, chunks) if sh.offload else None
     cp_bytes = None
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         te = job.framework != "torchtitan"  # Transformer Engine's exchanges
@@ -306,7 +298,7 @@ overlap (`memory._ACTIVATIONS_READ`). The p2p and EP overlaps' pipeline messages
 both), never read here; the p2p overlap stays in this key all the same. Every other field is in
 the key: the degrees, the split and the ranks it places (the output and MTP ranks), the
 recompute and offloading fields (`chunks_kept`, `recompute_working`, the encoders' and MTP
-layers' bytes, `offloading_totals`), cp and its exchange (`cp_time.exchange_bytes`)."""
+layers' bytes, `reload_window`), cp and its exchange (`cp_time.exchange_bytes`)."""
 
 _PARTS_READ = itemgetter(*(f.name for f in fields(Layout) if f.name not in _PARTS_UNREAD))
 

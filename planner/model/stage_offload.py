@@ -13,10 +13,11 @@ from planner.inputs.plan import Job
 from planner.model import comms, cpu_offload, shared_link
 from planner.model.ep_overlap import a2a_floor
 from planner.model.fine_offload import (
-    copied_bytes,
+    chunk_copies,
+    fraction_moves,
     group_bytes,
+    moving_layers,
     offloading_layers,
-    offloading_totals,
     transfer_seconds,
 )
 from planner.model.host_link import host_link_bandwidth
@@ -87,22 +88,17 @@ def link_waits(job: Job, lay: Layout, layer: Layer) -> tuple[float, float, float
 def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
     """Seconds per micro-batch a stage's host copies take one way over the host link (the
     forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
-    --cpu-offloading-num-layers k, under fine-grained offloading what the offload groups copy
-    (`fine_offload.copied_bytes`) of each layer that moves them (`fine_offload.offloading_layers`:
-    under full recompute, those it leaves whole)."""
+    --cpu-offloading-num-layers k, under fine-grained offloading the groups that move
+    copy (`fine_offload.chunk_copies`: of the layers that move them, under full recompute those
+    it leaves whole, the groups the activation offload fraction moves)."""
     arch, k = job.arch, lay.cpu_offloading_num_layers
     if k > 0:  # as `cpu_offload.exposed_seconds` counts them: at most all layers but the last
         layers = _stage_layers(job, chunks, t)
         return sum(x.offload for x in layers[: min(k, len(layers) - 1)])
     if not lay.offload_modules:
         return 0.0
-    sh, mods, link = shard(job, lay), frozenset(lay.offload_modules), host_link_bandwidth(job)
-    counts = offloading_totals(arch, lay, sh, chunks)
-    return lay.activation_offload_fraction * sum(
-        n * transfer_seconds(copied_bytes(arch, kind, sh, mods), link)
-        for kind, n in zip(arch.kinds, counts, strict=True)
-        if n
-    )
+    copies = sum(chunk_copies(arch, lay, shard(job, lay), chunks))
+    return transfer_seconds(copies, host_link_bandwidth(job))
 
 
 def fine_offload_exposed(job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes) -> float:
@@ -166,7 +162,7 @@ def fine_offload_exposed(job: Job, lay: Layout, rank: int, chunks: Chunks, t: La
         # the stage chunks after this one in the micro-batch's path, each forward and back
         gaps.append((len(chunks) - 1 - k) * lay.pp + (lay.pp - 1 - rank))
         kinds = [index[kd] for kd in arch.layer_kinds[c.start : c.stop]]
-        layers = tuple(zip(kinds, _moving(kinds, counts), strict=True))
+        layers = tuple(zip(kinds, moving_layers(kinds, counts), strict=True))
         for j, mv in layers:
             if (j, mv) not in seen:
                 x = (moving_times if mv else t.layers)[j]
@@ -247,25 +243,16 @@ def _chunk(
     return Chunk(items, _kept(chunk_groups, fraction, last))
 
 
-def _moving(kinds: list[int], counts: tuple[int, ...]) -> list[bool]:
-    """Per layer of a chunk (its kinds, in order), whether its groups move: each kind's last
-    `counts` layers (block recompute checkpoints a chunk's first ones)."""
-    left = list(counts)
-    moves = [False] * len(kinds)
-    for i in reversed(range(len(kinds))):
-        if left[kinds[i]] > 0:
-            left[kinds[i]] -= 1
-            moves[i] = True
-    return moves
-
-
 def _kept(groups: list[Group], fraction: float, last: bool) -> list[Group]:
     """A chunk's groups (in the order they open), each marked whether it moves: of those that
     copy anything all but the last int(n x (1 - fraction)) (Megatron's per-chunk fraction,
-    :650-668); and, on the chunk whose backward follows its own forward (`last`), not each
-    module's last group, about to be used (`should_bulk_offload`, :1217-1225)."""
-    eligible = [i for i, g in enumerate(groups) if g.copy > 0.0]
-    drop = set(eligible[len(eligible) - int(len(eligible) * (1.0 - fraction)) :])
+    :650-668: `fine_offload.fraction_moves`, the rule memory and host memory read too); and,
+    on the chunk whose backward follows its own forward (`last`), not each module's last
+    group, about to be used (`should_bulk_offload`, :1217-1225)."""
+    moves = fraction_moves([g.copy for g in groups], fraction)
     final = {g.name: i for i, g in enumerate(groups)} if last else {}
-    stay = drop | set(final.values())
-    return [g._replace(moves=i not in stay) for i, g in enumerate(groups)]
+    stay = set(final.values())
+    return [
+        g._replace(moves=mv and i not in stay)
+        for i, (g, mv) in enumerate(zip(groups, moves, strict=True))
+    ]

@@ -236,8 +236,17 @@ def test_an_offload_fraction_keeps_the_later_layers_groups() -> None:
         sh = shard(j, lay)
         return stage_activations(j, lay, 0, chunks, sh, per_layer(j.arch, sh))
 
+    def peak_without() -> float:
+        lay = Layout(dp=8)
+        sh = shard(j, lay)
+        return stage_activations(j, lay, 0, chunks, sh, per_layer(j.arch, sh))
+
     assert peak(0.5) - peak(1.0) == pytest.approx(16 * 8192 * 12288)
-    assert peak(0.0) - peak(1.0) == pytest.approx(32 * 8192 * 12288)
+    # at f = 0 every group stays (int(32 x 1) = 32 of 32, :650-668): nothing copied out, nothing
+    # reloaded, so no reload window either (two groups of 8192 x 20,480 bytes copied: Q, K, V and
+    # the flash output); the GPU holds what it holds with no module offloaded
+    assert peak(0.0) - peak(1.0) == pytest.approx(32 * 8192 * 12288 - 2 * 8192 * 20480)
+    assert peak(0.0) == pytest.approx(peak_without())
     # the transfers move half the groups: half the seconds on the host link
     lay = Layout(dp=8, offload_modules=("core_attn",))
     t = stage_time.layout_times(j, lay)

@@ -30,7 +30,10 @@ from planner.model.offload_groups import Chunk, Group, Item, chunk_waits
 
 
 class _Replay:
-    """Megatron's offload hooks over one chunk, each stream a clock."""
+    """Megatron's offload hooks over one chunk, each stream a clock. As in the source, a group
+    reloaded at its use (`tensor_pop`, :1063-1075) waits for no copy out; planner's
+    `offload_groups.Chunk` waits for it on purpose (its docstring: the source's data race), which
+    changes nothing in the chunks these tests build."""
 
     def __init__(self, groups: list[Group]) -> None:
         self.groups = groups
