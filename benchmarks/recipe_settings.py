@@ -255,10 +255,12 @@ def read(r: Recipe) -> Settings:
     )
 
 
-NATIVE_LOSS_FAMILIES = ("nemotronh_56b",)
+NATIVE_LOSS_FAMILIES = ("nemotron_3_ultra",)
 """Families whose perf recipes run Megatron's native fused loss, not Transformer Engine's
-(perf_recipes/nemotronh/common.py:99 `_benchmark_common(cfg, cross_entropy_impl="native")`;
-the others keep _common.py:12's "te"): planner's compiled_loss_fusion, 10 bytes a logit."""
+(perf_recipes/nemotronh/common.py:94-99 `_apply_nemotron_3_ultra_perf_defaults`, which
+gb200/nemotronh.py:240 and its GB300 twin call: `_benchmark_common(cfg, cross_entropy_impl=
+"native")`; the others keep _common.py:12's "te"): planner's compiled_loss_fusion, 10 bytes a
+logit."""
 
 
 def _extra(r: Recipe, per_layer_graphs: bool) -> dict[str, object]:
