@@ -42,6 +42,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import buffers, fsdp2, pools, stage_activations, titan_accumulation
 from planner.model.bf16_layers import bf16_ranges
+from planner.model.graph_buffers import pool_holds_working
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.memory_report import MemoryReport, StageMemory, new_stage
 from planner.model.rank_states import rank_state, step_bytes
@@ -100,6 +101,12 @@ def stage_memory(
     weights, grads, optimizer, cache, transient = rank_state(job, layout, rank, chunks)
     acts = _activations(job, layout, rank, chunks, (sh, per), shards) * ACTIVATION_SCALE
     copy = step_bytes(job, layout, rank, chunks)  # exact bytes: not scaled
+    if copy and pool_holds_working(shard(job, layout)):
+        # per-layer CUDA graphs keep their private pool's peak reserved while they live, which
+        # the optimizer step's eager copies cannot reuse (PyTorch's caching allocator serves
+        # eager requests from its own pools; optimizer.py:1093-1096 d98e8a64): the step holds
+        # both (the eager loss's share of acts with them, an over-count on the safe side)
+        copy += acts
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)

@@ -9,6 +9,7 @@ graph, :485, :678), with the bytes by hand: one layer input is [s, b, h] bf16, 2
 
 from __future__ import annotations
 
+import tomllib
 from dataclasses import replace
 
 import pytest
@@ -151,3 +152,51 @@ def test_the_loss_cannot_reuse_the_pool_of_graphed_attention() -> None:
 
 def _arch() -> ModelArch:
     return _plan(None, []).job.arch
+
+
+STEP_COPY_PLAN = """
+[model]
+name = "llama2-13b"
+[cluster]
+gpu = "h100-sxm-80gb"
+num_gpus = 8
+[training]
+seq_length = 8192
+global_batch_size = 128
+precision = "bf16"
+main_grad_dtype = "bf16"
+cuda_graphs = true
+cuda_graph_impl = "local"
+[parallel]
+tp = 4
+sequence_parallel = true
+pp = 1
+micro_batch_size = 1
+zero_stage = 0
+recompute = "none"
+"""
+
+
+def test_the_step_copy_cannot_reuse_the_graphs_pool() -> None:
+    # bf16 main grads make the optimizer step copy them to fp32 (optimizer.py:1093-1096
+    # d98e8a64), an eager allocation; the per-layer graphs' private mempool (cuda_graphs.py
+    # :1929) stays reserved while they live, and PyTorch's caching allocator never serves an
+    # eager request from a live graph's pool: the stage holds its activations and the copy
+    # together, not the larger of the two as eager layers let it (a review's repro: 65.3 GiB
+    # judged to fit, about 78 needed)
+    graphed = parse_plan(tomllib.loads(STEP_COPY_PLAN))
+    eager = parse_plan(
+        tomllib.loads(
+            STEP_COPY_PLAN.replace("cuda_graphs = true", "cuda_graphs = false").replace(
+                'cuda_graph_impl = "local"\n', ""
+            )
+        )
+    )
+    g = memory.estimate(graphed.job, graphed.require_layout()).stages[0]
+    e = memory.estimate(eager.job, eager.require_layout()).stages[0]
+    assert e.total == pytest.approx(
+        e.weights + e.grads + e.optimizer + e.other + max(e.activations, e.grad_copy)
+    )
+    # the graphed stage holds both: states, other, the activations and the fp32 copies
+    assert g.total >= g.weights + g.grads + g.optimizer + g.other + g.activations + e.grad_copy - 1
+    assert g.at_step
