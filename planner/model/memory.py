@@ -105,8 +105,9 @@ def stage_memory(
         # per-layer CUDA graphs keep their private pool's peak reserved while they live, which
         # the optimizer step's eager copies cannot reuse (PyTorch's caching allocator serves
         # eager requests from its own pools; optimizer.py:1093-1096 d98e8a64): the step holds
-        # both (the eager loss's share of acts with them, an over-count on the safe side)
-        copy += acts
+        # the pool's part of the activations beside its copies, whose memory only the eager
+        # loss's share can give back (the stage then holds pool + max(loss, copies))
+        copy += acts - _eager_loss(job, layout, rank, chunks) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
@@ -123,6 +124,14 @@ def stage_memory(
         unallocated=outside + (max(acts, copy) + transient) * (frag - 1),
         grad_copy=copy * frag,
     )
+
+
+def _eager_loss(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
+    """The loss's bytes in rank `rank`'s activations (`stage_activations.Parts.loss`: the
+    logits and their gradients, on the last rank), allocated eagerly outside any CUDA graph."""
+    sh = shard(job, layout)
+    per = per_layer(job.arch, sh)
+    return stage_activations.remembered_parts(job, layout, rank, chunks, sh, per, None).loss
 
 
 _ACTIVATIONS: JobMemo[tuple[object, ...], float] = JobMemo()

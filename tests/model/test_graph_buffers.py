@@ -197,6 +197,8 @@ def test_the_step_copy_cannot_reuse_the_graphs_pool() -> None:
     assert e.total == pytest.approx(
         e.weights + e.grads + e.optimizer + e.other + max(e.activations, e.grad_copy)
     )
-    # the graphed stage holds both: states, other, the activations and the fp32 copies
-    assert g.total >= g.weights + g.grads + g.optimizer + g.other + g.activations + e.grad_copy - 1
-    assert g.at_step
+    # the graphed step holds the fp32 copies and the pool's activations, all but the eager
+    # loss's share (0.46 of the 15.2 GiB here: the last rank's logits, by a review's split), so the
+    # stage peaks at the step, above states + other + activations
+    assert g.grad_copy > e.grad_copy + 0.9 * g.activations
+    assert g.at_step and g.total > g.weights + g.grads + g.optimizer + g.other + g.activations
