@@ -12,11 +12,13 @@ from dataclasses import astuple, dataclass, replace
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
 from planner.model import cpu_offload
 from planner.model.fine_offload import Moved, fraction_moves, group_moves, offloaded_bytes
 from planner.model.job_memo import ModelMemo, kept_hash
+from planner.model.mtp_precision import mtp_quantised
 from planner.model.per_op_saved import all_to_all_bytes
 from planner.model.schedule import Chunks
 from planner.model.shard import Shard
@@ -44,6 +46,9 @@ class PerLayer:
     """`groups` of a layer `whole` counts."""
     fraction: float = 1.0
     """The activation offload fraction (`fine_offload.fraction_moves`)."""
+    names: tuple[tuple[str, ...], ...] = ()
+    """Per kind, the names of a layer's offload groups, in the order they open (those of
+    `whole_groups`; of `groups` where that kind's are not ())."""
 
     def __hash__(self) -> int:  # the generated hash, once per object (the memos' keys)
         return kept_hash(self)
@@ -66,16 +71,56 @@ class PerLayer:
         """Kept bytes of one chunk's layers of these kinds (indices in `ModelArch.kinds`), in
         the order they run (left whole by full recompute where `whole`): each kind's bytes with
         every offload group moved, and the bytes the groups free that stay on the GPU, the
-        chunk's groups taken together in the order they open (`fine_offload.fraction_moves`,
-        Megatron's per-chunk rule: the chunk's last groups stay)."""
+        chunk's groups taken together in the order they open (`kept_back`)."""
         each = self.whole if whole else self.kept
-        out = sum(each[j] for j in kinds)
+        return sum(each[j] for j in kinds) + kept_back(
+            self.layer_groups(kinds, whole), self.fraction
+        )
+
+    def layer_groups(self, kinds: Sequence[int], whole: bool = False) -> list[Group]:
+        """The offload groups of layers of these kinds, in the order they open, each with its
+        name (`fine_offload.group_moves`; `whole_groups` where `whole`; without `names`, each
+        group its own)."""
         per = self.whole_groups if whole else self.groups
-        if self.fraction >= 1.0 or not per:  # int(n x 0): every group moves
-            return out
-        groups = [m for j in kinds for m in per[j]]
-        moves = fraction_moves([m.copied for m in groups], self.fraction)
-        return out + sum(m.freed for m, mv in zip(groups, moves, strict=True) if not mv)
+        if not per:
+            return []
+        names = self.names or tuple(
+            tuple(f"{j}.{i}" for i in range(len(g))) for j, g in enumerate(per)
+        )
+        return [g for j in kinds if per[j] for g in zip(names[j], per[j], strict=True)]
+
+
+Group = tuple[str, Moved]
+"""An offload group: its module's name and what it moves (`fine_offload.Moved`)."""
+
+
+def kept_back(
+    groups: Sequence[Group],
+    fraction: float,
+    last: bool = False,
+    margin: frozenset[str] = frozenset(),
+) -> float:
+    """Bytes a chunk's offload groups (`groups`, in the order they open) free that stay on the GPU
+    after all, as Megatron-LM d98e8a64 fine_grained_activation_offload.py decides per chunk:
+    first the offload margin (`margin`: the names whose last group in the chunk
+    post_warmup_callback marks not to offload, :625-639, `margin_bytes`); then the activation
+    offload fraction over the other groups that copy anything, the last int(n x (1 - fraction))
+    staying (:650-668, `fine_offload.fraction_moves`); then, on the chunk whose backward follows
+    its own forward (`last`: the last pipeline rank's last chunk), each name's last group, about
+    to be used (`should_bulk_offload`, :1217-1225)."""
+    if not groups or (fraction >= 1.0 and not last and not margin):
+        return 0.0
+    final = {name: i for i, (name, _) in enumerate(groups)}  # each name's last group
+    held = {final[n] for n in margin if n in final}
+    copies = [0.0 if i in held else m.copied for i, (_, m) in enumerate(groups)]
+    moves = fraction_moves(copies, fraction)
+    if last:
+        held |= set(final.values())
+    return sum(
+        m.freed
+        for i, ((_, m), mv) in enumerate(zip(groups, moves, strict=True))
+        if i in held or not mv
+    )
 
 
 _PER_LAYER: ModelMemo[Shard, PerLayer] = ModelMemo()
@@ -109,7 +154,8 @@ def _per_layer(arch: ModelArch, sh: Shard) -> PerLayer:
             tuple(m for _, m in group_moves(arch, k, sh, mods, recompute)) for k in arch.kinds
         )
 
-    return PerLayer(kept, full, whole, groups(True), groups(False), sh.offload_fraction)
+    names = tuple(tuple(n for n, _ in group_moves(arch, k, sh, mods, False)) for k in arch.kinds)
+    return PerLayer(kept, full, whole, groups(True), groups(False), sh.offload_fraction, names)
 
 
 def with_a2a(arch: ModelArch, per: PerLayer, sh: Shard, ep: int) -> PerLayer:
@@ -122,6 +168,28 @@ def with_a2a(arch: ModelArch, per: PerLayer, sh: Shard, ep: int) -> PerLayer:
 def sub_counts(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
     """Layer counts of each kind, a less b."""
     return tuple(x - y for x, y in zip(a, b, strict=True))
+
+
+def mtp_layers_kept(
+    job: Job, layout: Layout, sh: Shard, per: PerLayer
+) -> tuple[float, tuple[Group, ...]]:
+    """What the MTP layers' transformer layers keep for one micro-batch on their rank with every
+    offload group moved, and those groups, which open after the last chunk's in its forward
+    (`layer_kept.chunk_kept`'s tail): every depth's; block recompute leaves them whole
+    (Megatron-LM d98e8a64 multi_token_prediction.py :1630-1633: "not supported for MTP yet.
+    Skipping recompute"); torchtitan's activation checkpointing wraps model.layers only
+    (b5bcd76c distributed/activation_checkpoint.py:155-160), so its MTP layers keep everything.
+    Megatron's NVFP4 runs them in bf16 (`mtp_precision`): their linear layers keep 16-bit
+    inputs."""
+    arch = job.arch
+    if sh.quantised and not mtp_quantised(job):
+        per = per_layer(arch, replace(sh, linear_bytes=sh.value_bytes))
+    if job.framework == "torchtitan":
+        return sum(n * b for n, b in zip(arch.mtp_counts(), per.full, strict=True)), ()
+    block = layout.recompute == "full" and layout.recompute_method == "block"
+    kinds = [j for j, n in enumerate(arch.mtp_counts()) for _ in range(n)]
+    each = per.whole if block else per.kept
+    return sum(each[j] for j in kinds), tuple(per.layer_groups(kinds, block))
 
 
 def recompute_working(arch: ModelArch, layout: Layout, per: PerLayer, chunks: Chunks) -> float:
@@ -146,7 +214,14 @@ def recompute_working(arch: ModelArch, layout: Layout, per: PerLayer, chunks: Ch
 
 
 def chunk_kept(
-    arch: ModelArch, layout: Layout, per: PerLayer, chunk: range, ran: Chunks | None = None
+    arch: ModelArch,
+    layout: Layout,
+    per: PerLayer,
+    chunk: range,
+    ran: Chunks | None = None,
+    last: bool = False,
+    tail: Sequence[Group] = (),
+    margin: frozenset[str] = frozenset(),
 ) -> float:
     """Activation bytes one micro-batch leaves in a chunk of layers until its backward.
 
@@ -158,7 +233,18 @@ def chunk_kept(
     virtual stage). CPU offloading (pp = 1, no recompute; Megatron --cpu-offloading-num-layers
     N): Transformer Engine keeps at most n - N layers' activations on the GPU, any n - N
     consecutive ones (`cpu_offload.peak_window`).
-    Otherwise each layer keeps what its recompute policy leaves (`PerLayer`)."""
+    Otherwise each layer keeps what its recompute policy leaves (`PerLayer`). The offload groups
+    that stay (`kept_back`) are the chunk's with `tail` after them (the MTP layers' groups, which
+    open last in the last chunk's forward: their bytes are the caller's), `last` and `margin` as
+    `kept_back` reads them."""
+    base, groups = _chunk_parts(arch, layout, per, chunk, ran)
+    return base + kept_back([*groups, *tail], per.fraction, last, margin)
+
+
+def _chunk_parts(
+    arch: ModelArch, layout: Layout, per: PerLayer, chunk: range, ran: Chunks | None
+) -> tuple[float, list[Group]]:
+    """`chunk_kept` as its layers' bytes with every offload group moved, and those groups."""
     n = len(chunk)
     index = {kind: j for j, kind in enumerate(arch.kinds)}
     kinds = [index[kd] for kd in arch.layer_kinds[chunk.start : chunk.stop]]
@@ -168,15 +254,59 @@ def chunk_kept(
             def window(start: int, length: int) -> float:
                 return per.ordered(kinds[start : start + length])
 
-            return cpu_offload.peak_window(n, layout.cpu_offloading_num_layers, window)
-        return per.ordered(kinds)
+            return cpu_offload.peak_window(n, layout.cpu_offloading_num_layers, window), []
+        return sum(per.kept[j] for j in kinds), per.layer_groups(kinds)
     k = layout.recompute_num_layers
     if layout.recompute_method == "uniform":
-        return math.ceil(n / k) * per.dense  # a layer input: the same for every kind
+        return math.ceil(n / k) * per.dense, []  # a layer input: the same for every kind
     if ran is None:  # the chunk's recomputed layers: Megatron's first k
         ran = (range(chunk.start, chunk.start + min(k, n)),)
     rest = [j for i, j in zip(chunk, kinds, strict=True) if not any(i in r for r in ran)]
-    return sum(map(len, ran)) * per.dense + per.ordered(rest, True)
+    base = sum(map(len, ran)) * per.dense + sum(per.whole[j] for j in rest)
+    return base, per.layer_groups(rest, True)
+
+
+def margin_bytes(
+    arch: ModelArch,
+    layout: Layout,
+    pers: tuple[PerLayer, ...],
+    chunks: Chunks,
+    last: bool = False,
+    tail: Sequence[Group] = (),
+) -> float:
+    """Bytes of offload groups a rank keeps on the GPU once per step beyond what each chunk
+    keeps per micro-batch (`chunks_kept`, same arguments): Megatron's offload margin
+    (fine_grained_activation_offload.py:622-639, post_warmup_callback). As many group names as
+    the chunk that opens the most distinct ones; each name's last group in the first chunk
+    handler to run backward that opens it (the reversed walk of `_cached_chunks_backward`
+    keeps the last group it meets per name, :627-629): the handlers are cached per forward
+    and reused every step (:804-818), so that is micro-batch 0 of the rank's highest chunk
+    that opens the name (the backward runs chunk v - 1 first); names in the order that walk
+    first meets them (chunk 0's first), as many as the margin. The margin's groups no
+    longer count towards the chunk's fraction (:651-655: `kept_back`). That micro-batch is in
+    flight from its forward to the rank's first backward(s), where the peak of 1F1B and of
+    even interleaved chunks lies (`in_flight.schedule_peak`'s first steady step): counted on
+    top of the peak, at most this much too high where the peak is later."""
+    if not pers or not any(p.names for p in pers):
+        return 0.0
+    rans = _rans(layout, chunks)
+    lists = [
+        _chunk_parts(arch, layout, p, c, r)[1] for p, c, r in zip(pers, chunks, rans, strict=True)
+    ]
+    lists[-1] = [*lists[-1], *tail]
+    count = max(len({n for n, _ in g}) for g in lists)
+    home: dict[str, int] = {}  # per name, the highest chunk that opens it, in first-met order
+    for c, g in enumerate(lists):
+        for name, _ in g:
+            home[name] = c
+    chosen = list(home)[:count]
+    extra = 0.0
+    for c, (g, per) in enumerate(zip(lists, pers, strict=True)):
+        names = frozenset(n for n in chosen if home[n] == c)
+        if names:
+            end = last and c == len(lists) - 1
+            extra += kept_back(g, per.fraction, end, names) - kept_back(g, per.fraction, end)
+    return extra
 
 
 def blended(
@@ -215,6 +345,7 @@ def blended(
         mix_groups(plain.groups, quantised.groups),
         mix_groups(plain.whole_groups, quantised.whole_groups),
         plain.fraction,
+        plain.names or quantised.names,
     )
 
 
@@ -224,12 +355,26 @@ layer bytes (`PerLayer`), the chunks and the recompute and offloading settings (
 estimates the memory of each ZeRO stage and TP-overlap choice of a base with the same ones)."""
 
 
+def _rans(layout: Layout, chunks: Chunks) -> list[Chunks | None]:
+    """Per chunk, its recomputed layers where not Megatron's first N: under torchtitan's every
+    N-th recompute, the rank's wrapped layers of each."""
+    if layout.recompute == "full" and layout.recompute_every:
+        return [tuple(range(i, i + 1) for i in w) for w in wrapped(chunks, layout.recompute_every)]
+    return [None for _ in chunks]
+
+
 def chunks_kept(
-    arch: ModelArch, layout: Layout, pers: tuple[PerLayer, ...], chunks: Chunks
+    arch: ModelArch,
+    layout: Layout,
+    pers: tuple[PerLayer, ...],
+    chunks: Chunks,
+    last: bool = False,
+    tail: tuple[Group, ...] = (),
 ) -> tuple[float, ...]:
     """`chunk_kept` of each of a rank's `chunks` (chunk c's layer bytes `pers[c]`; under
-    torchtitan's every-N-th recompute, the rank's wrapped layers of each), remembered
-    (`_KEPT`)."""
+    torchtitan's every-N-th recompute, the rank's wrapped layers of each), the last chunk's with
+    `tail` after its groups and `last` (the last pipeline rank: its last chunk's backward follows
+    its own forward), remembered (`_KEPT`)."""
     lay = layout
     key = (
         pers,
@@ -239,19 +384,15 @@ def chunks_kept(
         lay.recompute_num_layers,
         lay.recompute_every,
         lay.cpu_offloading_num_layers,
+        last,
+        tail,
     )
-    if lay.recompute == "full" and lay.recompute_every:  # torchtitan's every N-th of the rank
-        ws = wrapped(chunks, lay.recompute_every)
-        ran = [tuple(range(i, i + 1) for i in w) for w in ws]
-        return _KEPT.get(
-            arch,
-            key,
-            lambda: tuple(
-                chunk_kept(arch, lay, p, c, r) for p, c, r in zip(pers, chunks, ran, strict=True)
-            ),
+    v = len(chunks)
+
+    def compute() -> tuple[float, ...]:
+        return tuple(
+            chunk_kept(arch, lay, p, c, r, *((last, tail) if i == v - 1 else (False, ())))
+            for i, (p, c, r) in enumerate(zip(pers, chunks, _rans(lay, chunks), strict=True))
         )
-    return _KEPT.get(
-        arch,
-        key,
-        lambda: tuple(chunk_kept(arch, lay, p, c) for p, c in zip(pers, chunks, strict=True)),
-    )
+
+    return _KEPT.get(arch, key, compute)

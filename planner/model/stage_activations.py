@@ -29,9 +29,13 @@ from planner.model.layer_kept import (
     PerLayer,
     blended,
     chunks_kept,
-    per_layer,
+    margin_bytes,
+    mtp_layers_kept,
     recompute_working,
     with_a2a,
+)
+from planner.model.layer_kept import (
+    per_layer as per_layer,  # re-exported: host_memory, memory and the tests import it here
 )
 from planner.model.layout_shard import SHARD_UNREAD, make_shard
 from planner.model.loss_activations import (
@@ -42,7 +46,6 @@ from planner.model.loss_activations import (
 from planner.model.mixer_working import mixer_working
 from planner.model.moe_working import moe_working
 from planner.model.mtp_activations import mtp_kept, mtp_loss_kept
-from planner.model.mtp_precision import mtp_quantised
 from planner.model.pending_w import chunk_pending
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.selective_working import rebuilt_bytes
@@ -175,7 +178,11 @@ def activation_parts(
     pers = tuple(
         per if quantised is None else blended(arch, per, quantised, pieces, c) for c in chunks
     )
-    kept = list(chunks_kept(arch, layout, pers, chunks))
+    mtp = rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
+    mtp_base, tail = mtp_layers_kept(job, layout, sh, per) if mtp else (0.0, ())
+    # the last rank's last chunk keeps each name's last group (`layer_kept.kept_back`)
+    final = rank == layout.pp - 1 and job.framework != "torchtitan"
+    kept = list(chunks_kept(arch, layout, pers, chunks, final, tail))
     kept = chunk_copies(arch, sh, kept, rank == 0, rank == layout.output_rank)
     if rank == 0:
         kept[0] += act.embedding_bytes(arch, sh) + vision.encoder_bytes(job, sh, layout)
@@ -183,8 +190,8 @@ def activation_parts(
             kept[0] += t5.encoder_bytes(job, sh, layout) + t5.cross_kept(job, sh, layout)
     logits = logits_bytes(arch, vocab, sh)
     loss = logits if last else 0.0  # the MTP depths' logits too: on the loss stage alone
-    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers):
-        kept[-1] += mtp_layers_kept(job, layout, sh, per) + mtp_kept(job, layout, sh, last)
+    if mtp:
+        kept[-1] += mtp_base + mtp_kept(job, layout, sh, last)
     if last:  # every MTP depth's loss, wherever its layers ran
         kept[-1] += mtp_loss_kept(job, layout, sh)
     # Megatron's pipeline messages held at the peak (`early_receives.held_counts`: the output
@@ -237,6 +244,8 @@ def activation_parts(
     present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
     # the offloaded groups being reloaded and prefetched around the backward
     window = reload_window(arch, layout, sh, chunks) if sh.offload else None
+    if window is not None:  # and the offload margin's groups, once (`margin_bytes`)
+        window += margin_bytes(arch, layout, pers, chunks, final, tail)
     cp_bytes = None
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
         te = job.framework != "torchtitan"  # Transformer Engine's exchanges
@@ -365,22 +374,6 @@ def peak_bytes(
         calls = deferred_calls(layout, m, 1 + arch.mtp_num_layers)
         acts += deferred_wgrad_bytes(arch, parts.vocab, sh, calls)
     return acts
-
-
-def mtp_layers_kept(job: Job, layout: Layout, sh: Shard, per: PerLayer) -> float:
-    """What the MTP layers' transformer layers keep for one micro-batch on their rank: every
-    depth's; block recompute leaves them whole (Megatron-LM d98e8a64 multi_token_prediction.py
-    :1630-1633: "not supported for MTP yet. Skipping recompute"); torchtitan's activation
-    checkpointing wraps model.layers only (b5bcd76c distributed/activation_checkpoint.py:
-    155-160), so its MTP layers keep everything. Megatron's NVFP4 runs them in bf16
-    (`mtp_precision`): their linear layers keep 16-bit inputs."""
-    arch = job.arch
-    if sh.quantised and not mtp_quantised(job):
-        per = per_layer(arch, replace(sh, linear_bytes=sh.value_bytes))
-    if job.framework == "torchtitan":
-        return sum(n * b for n, b in zip(arch.mtp_counts(), per.full, strict=True))
-    block = layout.recompute == "full" and layout.recompute_method == "block"
-    return (per.whole_total if block else per.total)(arch.mtp_counts())
 
 
 def deferred_calls(layout: Layout, m: int, per_micro_batch: int) -> int:
