@@ -101,12 +101,15 @@ def stage_memory(
     weights, grads, optimizer, cache, transient = rank_state(job, layout, rank, chunks)
     acts = _activations(job, layout, rank, chunks, (sh, per), shards) * ACTIVATION_SCALE
     copy = step_bytes(job, layout, rank, chunks)  # exact bytes: not scaled
-    if copy and pool_holds_working(shard(job, layout)):
-        # per-layer CUDA graphs keep their private pool's peak reserved while they live, which
-        # the optimizer step's eager copies cannot reuse (PyTorch's caching allocator serves
-        # eager requests from its own pools; optimizer.py:1093-1096 d98e8a64): the step holds
-        # the pool's part of the activations beside its copies, whose memory only the eager
-        # loss's share can give back (the stage then holds pool + max(loss, copies))
+    sh_ = shard(job, layout)
+    if copy and pool_holds_working(sh_) and not sh_.cuda_graph_modules:
+        # per-layer CUDA graphs of whole layers keep their private pool's peak, the layers'
+        # activations, reserved while they live, which the optimizer step's eager copies cannot
+        # reuse (PyTorch's caching allocator serves eager requests from its own pools;
+        # optimizer.py:1093-1096 d98e8a64): the step holds them beside its copies, whose memory
+        # only the eager loss's share can give back (pool + max(loss, copies)). Graphs of some
+        # modules hold those modules' tensors alone in the pool: not counted (DeepSeek-V3's and
+        # Nemotron 3 Super's Bridge recipes, which run, would not fit with all of them)
         copy += acts - _eager_loss(job, layout, rank, chunks) * ACTIVATION_SCALE
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
