@@ -202,3 +202,37 @@ def test_the_step_copy_cannot_reuse_the_graphs_pool() -> None:
     # stage peaks at the step, above states + other + activations
     assert g.grad_copy > e.grad_copy + 0.9 * g.activations
     assert g.at_step and g.total > g.weights + g.grads + g.optimizer + g.other + g.activations
+
+
+def test_graphs_of_attention_hold_its_share_beside_the_step_copy() -> None:
+    """The plan above with Megatron's graphs of the attention alone (cuda_graph_modules attn):
+    the pool holds what the attention keeps, so the step holds the fp32 copies and that share of
+    the pool's activations that whole-layer graphs hold. Hand arithmetic, Llama 2 13B (h 5120, 40
+    heads of 128, MHA: (a + 2g) d = 3h, a d = h; SwiGLU F 13824, fused), T = 8192 tokens, tp 4
+    with SP, bf16, flash attention: per layer and micro-batch
+      attention  norm input 2Th, QKV's input 2Th, residual mask Th; Q, K, V 2T x 3h; its output
+                 2Th (the projection's input too); fp32 softmax statistics 4T x 40 heads
+                 = (13Th + 160T) / 4
+      MLP        norm input 2Th, fc1's input 2Th, mask Th; fc1's output 2T x 2F; fc2's input 2TF
+                 = (5Th + 6TF) / 4
+    so the attention's share is (13h + 160) / (13h + 160 + 5h + 6F) = 66720 / 175264 of every
+    layer's (every layer is alike). Local graphs of the attention keep the activations of
+    whole-layer ones (no static buffer per layer, none per chunk at pp 1)."""
+    attn = STEP_COPY_PLAN.replace(
+        'cuda_graph_impl = "local"', 'cuda_graph_impl = "local"\ncuda_graph_modules = ["attn"]'
+    )
+    eager = STEP_COPY_PLAN.replace("cuda_graphs = true", "cuda_graphs = false").replace(
+        'cuda_graph_impl = "local"\n', ""
+    )
+    stages = []
+    for text in (STEP_COPY_PLAN, attn, eager):
+        plan = parse_plan(tomllib.loads(text))
+        stages.append(memory.estimate(plan.job, plan.require_layout()).stages[0])
+    whole, part, e = stages
+    assert part.activations == pytest.approx(whole.activations, rel=1e-12)
+    pool = whole.grad_copy - e.grad_copy  # whole layers: the pool's activations, less the loss
+    assert pool > 0
+    h, F = 5120, 13824
+    share = (13 * h + 160) / (13 * h + 160 + 5 * h + 6 * F)
+    assert share == pytest.approx(66720 / 175264, rel=1e-15)
+    assert part.grad_copy - e.grad_copy == pytest.approx(share * pool, rel=1e-9)
