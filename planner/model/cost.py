@@ -242,7 +242,7 @@ def estimate(job: Job, layout: Layout) -> Performance:
         if shared_link.applies(job.cluster):  # every transfer on one PCIe link, each way
             sends = 2 * lay.vpp * (max(hops[rank]) if hops else hop) if lay.pp > 1 else 0.0
             per_mb = sum(n * (k.tp_traffic + k.ep) for k, n in mix)
-            per_mb += cp + cp_h + sends + offload_one_way(job, lay, chunks, lt)
+            per_mb += cp + cp_h + sends + offload_one_way(job, lay, chunks, lt, rank)
             per_mb += lt.encoder.tp if rank == 0 else 0.0
             dp_traffic = e + (1 - share) * hid  # e holds share x hid of the SMs, not traffic
             link_busy = max(link_busy, shared_link.busy_seconds(per_mb, m, dp_traffic))

@@ -102,10 +102,7 @@ def _all(nbytes: float) -> Moved:
 def _attention_modules(arch: ModelArch, sh: Shard, modules: frozenset[str]) -> Moved:
     """The attention block's groups together (`_attention_groups`), or nothing where what they
     copy is below MIN_OFFLOADED_ELEMENTS."""
-    total = Moved()
-    for _, m in _attention_groups(arch, sh, modules):
-        total += m
-    return total.big(word(sh))
+    return sum((m for _, m in _attention_groups(arch, sh, modules)), Moved()).big(word(sh))
 
 
 def _attention_groups(
@@ -244,10 +241,7 @@ def moved(
     """What fine-grained offloading moves of one layer's saved activations per micro-batch
     (module docstring; `Moved`: freed on the GPU, copied to the host, reloaded at once) where
     every group moves: `group_moves` together."""
-    total = Moved()
-    for _, m in group_moves(arch, is_moe, sh, modules, recompute):
-        total += m
-    return total
+    return sum((m for _, m in group_moves(arch, is_moe, sh, modules, recompute)), Moved())
 
 
 def offloaded_bytes(
@@ -257,8 +251,7 @@ def offloaded_bytes(
     modules: frozenset[str],
     recompute: bool = True,
 ) -> float:
-    """Bytes of one layer's saved activations per micro-batch that fine-grained offloading takes
-    off the GPU (`moved(...).freed`)."""
+    """Bytes of one layer's saved activations per micro-batch off the GPU (`moved(...).freed`)."""
     return moved(arch, is_moe, sh, modules, recompute).freed
 
 
@@ -306,33 +299,44 @@ def moving_layers(kinds: Sequence[int], counts: Sequence[int]) -> list[bool]:
     return moves
 
 
+Chunks = tuple[range, ...]
+Tail = Sequence[tuple[str, Moved]]
+"""Named offload groups after a chunk's own (`_chunk_moves`' tail)."""
+
+
 def _chunk_moves(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: Chunks, last: bool = False, tail: Tail = ()
 ) -> list[list[list[tuple[Moved, bool]]]]:
     """Per chunk of one rank, per layer of it that moves its offload groups
-    (`offloading_layers`, `moving_layers`), each group's `Moved` and whether `fraction_moves`
-    moves it, all the chunk's groups taken in the order they open."""
+    (`offloading_layers`, `moving_layers`; the last chunk's `tail`, the MTP layers' groups that
+    open after its own, gpt_model.py:600, :711-712, as one more), each group's `Moved` and
+    whether it moves: `fraction_moves` over the chunk's groups in the order they open; on the
+    last rank's last chunk (`last`) not each name's last group (`should_bulk_offload`)."""
     mods = frozenset(lay.offload_modules)
     index = {kind: j for j, kind in enumerate(arch.kinds)}
-    each = [[m for _, m in group_moves(arch, kd, sh, mods, False)] for kd in arch.kinds]
-    out = []
-    for c, counts in zip(chunks, offloading_layers(arch, lay, sh, chunks), strict=True):
+    each = [group_moves(arch, kd, sh, mods, False) for kd in arch.kinds]
+    out, moving = [], offloading_layers(arch, lay, sh, chunks)
+    for i, (c, counts) in enumerate(zip(chunks, moving, strict=True)):
         kinds = [index[kd] for kd in arch.layer_kinds[c.start : c.stop]]
-        moving = moving_layers(kinds, counts)
-        layers = [each[j] for j, mv in zip(kinds, moving, strict=True) if mv]
-        moves = iter(
-            fraction_moves([m.copied for g in layers for m in g], lay.activation_offload_fraction)
-        )
-        out.append([[(m, next(moves)) for m in g] for g in layers])
+        mv = moving_layers(kinds, counts)
+        layers = [each[j] for j, m in zip(kinds, mv, strict=True) if m]
+        end = i == len(chunks) - 1
+        layers += [tuple(tail)] if end and tail else []
+        flat = [g for layer in layers for g in layer]
+        moves = fraction_moves([m.copied for _, m in flat], lay.activation_offload_fraction)
+        for k in {n: k for k, (n, _) in enumerate(flat)}.values() if end and last else ():
+            moves[k] = False
+        it = iter(moves)
+        out.append([[(m, next(it)) for _, m in g] for g in layers])
     return out
 
 
 def chunk_copies(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: Chunks, last: bool = False, tail: Tail = ()
 ) -> tuple[float, ...]:
     """Per chunk of one rank, the bytes per micro-batch its offload groups that move copy to
-    the host and back (`_chunk_moves`)."""
-    moves = _chunk_moves(arch, lay, sh, chunks)
+    the host and back (`_chunk_moves`, `last` and `tail` as it reads them)."""
+    moves = _chunk_moves(arch, lay, sh, chunks, last, tail)
     return tuple(sum(m.copied for g in c for m, mv in g if mv) for c in moves)
 
 

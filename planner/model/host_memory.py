@@ -13,7 +13,8 @@ Per GPU, the busiest pipeline rank's:
   runs one micro-batch at a time);
 - fine-grained offloading: each in-flight micro-batch's offloaded groups (`fine_offload.
   chunk_copies`: of the layers that move them, under full recompute only those it leaves whole,
-  the groups the activation offload fraction moves in each chunk), the in-flight count
+  the groups the activation offload fraction moves in each chunk, the MTP layers' after the
+  last chunk's, not the last rank's last groups of each module), the in-flight count
   that of the GPU's activations (`in_flight.schedule_peak`): Megatron-LM d98e8a64
   fine_grained_activation_offload.py keeps the host copies in a pool of pinned tensors by shape
   (`OffloadTensorPool`), as many as were ever in flight;
@@ -61,6 +62,7 @@ from planner.model.host_pinned import (
 )
 from planner.model.in_flight import schedule_peak
 from planner.model.job_memo import JobMemo
+from planner.model.layer_kept import mtp_layers_kept
 from planner.model.rank_states import state_bytes_per_param
 from planner.model.schedule import Chunks, schedule_name
 from planner.model.shard import Shard
@@ -183,10 +185,13 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
     m = max(layout.num_microbatches(job.global_batch_size), 1)
     name, group = schedule_name(job, layout), microbatch_group(job, layout)
     peak, seen = 0.0, set()
+    mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
+    tail = mtp_layers_kept(job, layout, sh, per_layer(arch, sh))[1] if mtp is not None else ()
     for rank, chunks in enumerate(ranks):
         if only is not None and rank not in only:
             continue
-        per_chunk = chunk_copies(arch, layout, sh, chunks)
+        end = rank == layout.pp - 1 and job.framework != "torchtitan"
+        per_chunk = chunk_copies(arch, layout, sh, chunks, end, tail if rank == mtp else ())
         if per_chunk in seen and job.framework == "megatron":
             continue  # Megatron's schedules: a lower rank holds as much, in no fewer micro-batches
         seen.add(per_chunk)

@@ -6,6 +6,7 @@ layer times (`stage_time.layout_times`)."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from itertools import chain
 
 from planner.inputs.layout import Layout
@@ -22,12 +23,15 @@ from planner.model.fine_offload import (
 )
 from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
+from planner.model.layer_kept import Group as Named
+from planner.model.layer_kept import mtp_layers_kept
 from planner.model.layer_time import Layer
 from planner.model.megatron_order import warmup
+from planner.model.mtp_precision import mtp_quantised
 from planner.model.offload_groups import Chunk, Group, Item, layer_items
 from planner.model.schedule import Chunks
 from planner.model.shard import Shard
-from planner.model.stage_activations import shard
+from planner.model.stage_activations import per_layer, shard
 from planner.model.stage_time import LayoutTimes
 
 
@@ -85,20 +89,42 @@ def link_waits(job: Job, lay: Layout, layer: Layer) -> tuple[float, float, float
     return layer.tp, layer.cp, a2a
 
 
-def offload_one_way(job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes) -> float:
+def offload_one_way(
+    job: Job, lay: Layout, chunks: Chunks, t: LayoutTimes, rank: int | None = None
+) -> float:
     """Seconds per micro-batch a stage's host copies take one way over the host link (the
     forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
     --cpu-offloading-num-layers k, under fine-grained offloading the groups that move
     copy (`fine_offload.chunk_copies`: of the layers that move them, under full recompute those
-    it leaves whole, the groups the activation offload fraction moves)."""
+    it leaves whole, the groups the activation offload fraction moves; on pipeline rank `rank`
+    where given, the MTP layers' groups after the last chunk's and the last rank's rule,
+    `_mtp_groups`, `_final`)."""
     arch, k = job.arch, lay.cpu_offloading_num_layers
     if k > 0:  # as `cpu_offload.exposed_seconds` counts them: at most all layers but the last
         layers = _stage_layers(job, chunks, t)
         return sum(x.offload for x in layers[: min(k, len(layers) - 1)])
     if not lay.offload_modules:
         return 0.0
-    copies = sum(chunk_copies(arch, lay, shard(job, lay), chunks))
+    sh = shard(job, lay)
+    end, tail = rank is not None and _final(job, lay, rank), _mtp_groups(job, lay, sh, rank)
+    copies = sum(chunk_copies(arch, lay, sh, chunks, end, tail))
     return transfer_seconds(copies, host_link_bandwidth(job))
+
+
+def _final(job: Job, lay: Layout, rank: int) -> bool:
+    """Whether `rank` is the last pipeline rank (its last chunk's backward follows its own
+    forward: each module's last group stays, `should_bulk_offload`) of a Megatron job."""
+    return rank == lay.pp - 1 and job.framework != "torchtitan"
+
+
+def _mtp_groups(job: Job, lay: Layout, sh: Shard, rank: int | None) -> tuple[Named, ...]:
+    """The offload groups of the MTP layers on their rank (`rank`; none elsewhere or where
+    None), which open after its last chunk's in that chunk's forward (Megatron-LM d98e8a64
+    gpt_model.py:600, :711-712): `layer_kept.mtp_layers_kept`'s, as GPU memory counts them."""
+    arch = job.arch
+    if rank is None or rank != lay.mtp_rank(arch.num_layers, arch.mtp_num_layers):
+        return ()
+    return mtp_layers_kept(job, lay, sh, per_layer(arch, sh))[1]
 
 
 def fine_offload_exposed(job: Job, lay: Layout, rank: int, chunks: Chunks, t: LayoutTimes) -> float:
@@ -154,20 +180,25 @@ def fine_offload_exposed(job: Job, lay: Layout, rank: int, chunks: Chunks, t: La
     memo = _CHUNKS.of(job)
     # per (kind, whether it moves), what its layers' steps read: their windows, their waits on
     # other links, their groups
-    seen: dict[tuple[int, bool], _Reads] = {}
+    seen: dict[_Key, _Reads] = {}
     runs: list[Chunk] = []
     gaps: list[int] = []  # per chunk, the stage chunks run between its forward and backward
     moving = offloading_layers(arch, lay, sh, chunks)
+    mtp = _mtp_reads(job, lay, sh, rank, t)
     for k, (c, counts) in enumerate(zip(chunks, moving, strict=True)):
         # the stage chunks after this one in the micro-batch's path, each forward and back
         gaps.append((len(chunks) - 1 - k) * lay.pp + (lay.pp - 1 - rank))
         kinds = [index[kd] for kd in arch.layer_kinds[c.start : c.stop]]
-        layers = tuple(zip(kinds, moving_layers(kinds, counts), strict=True))
-        for j, mv in layers:
-            if (j, mv) not in seen:
+        mvs = moving_layers(kinds, counts)
+        layers = tuple((j, m, False) for j, m in zip(kinds, mvs, strict=True))
+        for j, mv, _ in layers:
+            if (j, mv, False) not in seen:
                 x = (moving_times if mv else t.layers)[j]
                 windows = (x.fwd, x.bwd + x.recompute)
-                seen[j, mv] = (windows, link_waits(job, lay, x), groups[j] if mv else ())
+                seen[j, mv, False] = (windows, link_waits(job, lay, x), groups[j] if mv else ())
+        if k == len(chunks) - 1 and mtp:  # the MTP layers run after the last chunk's
+            seen.update(mtp)
+            layers += tuple(key for key, _ in mtp)
         kept = (lay.activation_offload_fraction, gaps[-1] == 0)
         key = (layers, tuple(seen[p] for p in sorted(set(layers))), kept)
         chunk = memo.get(key)
@@ -195,6 +226,34 @@ def fine_offload_exposed(job: Job, lay: Layout, rank: int, chunks: Chunks, t: La
 _Reads = tuple[tuple[float, float], tuple[float, float, float], tuple[tuple[str, float], ...]]
 """What one layer's steps read (`_chunk`): its windows, its waits on other links, its groups."""
 
+_Key = tuple[int, bool, bool]
+"""A layer's kind, whether its groups move and whether it is an MTP layer (`_mtp_reads`)."""
+
+
+def _mtp_reads(
+    job: Job, lay: Layout, sh: Shard, rank: int, t: LayoutTimes
+) -> list[tuple[_Key, _Reads]]:
+    """On the MTP rank, each MTP layer's key and reads in the order they run after the last
+    chunk's layers (`_chunk`): its windows (block recompute leaves it whole, Megatron's NVFP4
+    runs it in bf16: `LayoutTimes.mtp_plain`, `mtp_layers`), its waits on other links and its
+    groups where they move (`_mtp_groups`, as GPU and host memory count them)."""
+    if rank != t.mtp_rank:
+        return []
+    tail = _mtp_groups(job, lay, sh, rank)
+    arch, mods = job.arch, frozenset(lay.offload_modules)
+    if sh.quantised and not mtp_quantised(job):  # bf16 linear inputs (`mtp_layers_kept`)
+        sh = replace(sh, linear_bytes=sh.value_bytes)
+    groups = _kind_groups(job, sh, mods) if tail else tuple(() for _ in arch.kinds)
+    block = lay.recompute == "full" and lay.recompute_method == "block"
+    times = (t.mtp_plain or t.plain) if block else (t.mtp_layers or t.layers)
+    out: list[tuple[_Key, _Reads]] = []
+    for j, n in enumerate(arch.mtp_counts()):
+        x = times[j]
+        reads = ((x.fwd, x.bwd + x.recompute), link_waits(job, lay, x), groups[j])
+        out += [((j, bool(tail), True), reads)] * n
+    return out
+
+
 _GROUPS: JobMemo[tuple[object, ...], tuple[tuple[tuple[str, float], ...], ...]] = JobMemo()
 """`_kind_groups` per job, shard and modules (all they read)."""
 
@@ -221,20 +280,21 @@ def _kind_groups(
 
 def _chunk(
     job: Job,
-    layers: tuple[tuple[int, bool], ...],
-    seen: dict[tuple[int, bool], _Reads],
+    layers: tuple[_Key, ...],
+    seen: dict[_Key, _Reads],
     fraction: float,
     last: bool,
 ) -> Chunk:
     """One chunk's steps and groups (`offload_groups.Chunk`): `layers`, per layer in order its
-    kind and whether its groups move; `seen`, per such pair its (forward, backward) windows, its
-    (TP, CP, all-to-all) waits on other links and its groups (`_kind_groups`, none where they
-    stay); `fraction` and `last`, as `_kept` reads them."""
+    kind, whether its groups move and whether it is an MTP layer; `seen`, per such key its
+    (forward, backward) windows, its (TP, CP, all-to-all) waits on other links and its groups
+    (`_kind_groups`, none where they stay); `fraction` and `last`, as `_kept` reads them."""
     arch = job.arch
     items: list[Item] = []
     chunk_groups: list[Group] = []
-    for j, mv in layers:
-        windows, on_links, groups = seen[j, mv]
+    for key in layers:
+        windows, on_links, groups = seen[key]
+        j = key[0]
         own = {}
         for name, sec in groups:
             own[name] = len(chunk_groups)

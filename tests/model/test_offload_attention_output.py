@@ -114,12 +114,14 @@ def test_core_attn_alone_under_fp8_frees_the_output(tmp_path: Path) -> None:
 
 def test_the_host_holds_the_output_twice() -> None:
     # Llama 3.1 8B on one stage, 8192 tokens, bf16, core_attn and attn_proj: 32 layers copy
-    # Q, K, V and the output twice, 8192 x (12,288 + 2 x 8,192) bytes each; one micro-batch in
+    # Q, K, V and the output twice, 8192 x (12,288 + 2 x 8,192) bytes each, but the last
+    # layer, whose two groups the last rank's last chunk keeps (should_bulk_offload,
+    # fine_grained_activation_offload.py:1217-1225 d98e8a64): 31 on the host; one micro-batch in
     # flight; the 8192 x 4096 x 2 = 2^26-byte hidden state rounds up by 1
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(dp=8, zero_stage=1, offload_modules=("core_attn", "attn_proj"))
     per = 8192 * (QKV + 2 * OUT)
-    assert host_memory.activation_bytes(j, lay) == pytest.approx(32 * per)
+    assert host_memory.activation_bytes(j, lay) == pytest.approx(31 * per)
     # and the copies take that long each way on the host link
     chunks = lay.chunk_layers(32)[0]
     t = stage_time.layout_times(j, lay)
