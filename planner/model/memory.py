@@ -38,21 +38,22 @@ from collections.abc import Callable
 from dataclasses import fields, replace
 from operator import itemgetter
 
-from planner.inputs.arch import ModelArch
-from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import activations as act
-from planner.model import buffers, fsdp2, mixers, pools, stage_activations, titan_accumulation
+from planner.model import (
+    buffers,
+    fsdp2,
+    graph_pool,
+    pools,
+    stage_activations,
+    titan_accumulation,
+)
 from planner.model.bf16_layers import bf16_ranges
-from planner.model.graph_buffers import pool_holds_working
-from planner.model.graph_capture import MOE_ENTRY
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.memory_report import MemoryReport, StageMemory, new_stage
-from planner.model.moe_activations import moe_bytes, router_copy_bytes, router_tokens
 from planner.model.rank_states import rank_state, step_bytes
 from planner.model.schedule import Chunks, layer_count
-from planner.model.shard import FP32, Shard
+from planner.model.shard import Shard
 from planner.model.stage_activations import PerLayer, per_layer, shard
 
 CUDA_CONTEXT_BYTES = buffers.CUDA_CONTEXT_BYTES
@@ -106,16 +107,8 @@ def stage_memory(
     weights, grads, optimizer, cache, transient = rank_state(job, layout, rank, chunks)
     acts = _activations(job, layout, rank, chunks, (sh, per), shards) * ACTIVATION_SCALE
     copy = step_bytes(job, layout, rank, chunks)  # exact bytes: not scaled
-    sh_ = shard(job, layout)
-    if copy and pool_holds_working(sh_):
-        # per-layer CUDA graphs keep their private pool's peak, the captured modules'
-        # activations, reserved while they live, which the optimizer step's eager copies cannot
-        # reuse (PyTorch's caching allocator serves eager requests from its own pools;
-        # optimizer.py:1093-1096 d98e8a64): the step holds them beside its copies, whose memory
-        # only the eager loss's share can give back (pool + max(loss, copies)); graphs of some
-        # modules, those modules' share of the activations alone (`_captured_share`)
-        pool = acts - _eager_loss(job, layout, rank, chunks) * ACTIVATION_SCALE
-        copy += pool * _captured_share(job, sh_, chunks)
+    if copy:  # per-layer CUDA graphs' pool stays reserved beside the step's copies
+        copy += graph_pool.step_pool_bytes(job, layout, rank, chunks, acts, ACTIVATION_SCALE)
     transient *= ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
@@ -132,55 +125,6 @@ def stage_memory(
         unallocated=outside + (max(acts, copy) + transient) * (frag - 1),
         grad_copy=copy * frag,
     )
-
-
-def _eager_loss(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
-    """The loss's bytes in rank `rank`'s activations (`stage_activations.Parts.loss`: the
-    logits and their gradients, on the last rank), allocated eagerly outside any CUDA graph."""
-    sh = shard(job, layout)
-    per = per_layer(job.arch, sh)
-    return stage_activations.remembered_parts(job, layout, rank, chunks, sh, per, None).loss
-
-
-def _captured_share(job: Job, sh: Shard, chunks: Chunks) -> float:
-    """The share of a rank's stored activations per-layer graphs hold in their pool: 1 for whole
-    layers; for graphs of some modules (`Shard.cuda_graph_modules`) what the captured modules
-    keep of a layer (`_captured_bytes`) over what the layer keeps (`activations.layer_bytes`),
-    summed over the rank's layers of each kind. An approximation: the captured modules' share
-    of the layers' kept bytes stands for their share of the micro-batches in flight and of the
-    working set on top."""
-    if not sh.cuda_graph_modules:
-        return 1.0
-    arch = job.arch
-    counts = arch.kind_counts(chunks)
-    kinds = [(k, n) for k, n in zip(arch.kinds, counts, strict=True) if n]
-    layers = sum(n * act.layer_bytes(arch, k, sh) for k, n in kinds)
-    captured = sum(n * _captured_bytes(arch, k, sh) for k, n in kinds)
-    return min(captured / layers, 1.0) if layers else 0.0
-
-
-def _captured_bytes(arch: ModelArch, kind: LayerKind, sh: Shard) -> float:
-    """What the modules Megatron's graphs capture (`Shard.cuda_graph_modules`, d98e8a64
-    CudaGraphModule) keep of one layer of `kind` per micro-batch: attn, the attention block or
-    a transformer layer's gated delta net in its place; mamba, the Mamba mixer's block; mlp, the
-    dense MLP; moe, the MoE block; moe_router and moe_preprocess (one graph: the route and the
-    dispatch preprocess, moe_layer.py:444-494), the router's fp32 logits and scores, whose
-    permutation indices are small beside them."""
-    mods = sh.cuda_graph_modules
-    out = 0.0
-    linear = mixers.of(kind)
-    if kind.mixer == "attention" and "attn" in mods:
-        out += act.attention_bytes(arch, sh)
-    elif linear is not None and ("mamba" if kind.mixer == "mamba" else "attn") in mods:
-        out += act.linear_mixer_bytes(arch, sh, linear)
-    if kind.ffn == "dense" and "mlp" in mods:
-        out += act.mlp_bytes(arch, arch.ffn_hidden_size, sh)
-    elif kind.moe and "moe" in mods:
-        out += moe_bytes(arch, sh)
-    elif kind.moe and mods & MOE_ENTRY:
-        assert arch.num_moe_experts is not None
-        out += 2 * FP32 * router_tokens(sh) * arch.num_moe_experts + router_copy_bytes(arch, sh)
-    return out
 
 
 _ACTIVATIONS: JobMemo[tuple[object, ...], float] = JobMemo()

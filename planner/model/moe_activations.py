@@ -39,11 +39,17 @@ def pairs(arch: ModelArch, sh: Shard, load: float | None = None) -> float:
     return arch.moe_router_topk * sh.tokens / sh.tp * load + sh.pad_pairs
 
 
+def router_bytes(arch: ModelArch, sh: Shard) -> float:
+    """What an MoE layer's router keeps per micro-batch: its fp32 logits and scores
+    (`router_tokens` x E each) and the dtype copies of `router_copy_bytes`."""
+    assert arch.num_moe_experts is not None
+    return 2 * FP32 * router_tokens(sh) * arch.num_moe_experts + router_copy_bytes(arch, sh)
+
+
 def moe_bytes(arch: ModelArch, sh: Shard) -> float:
     """A mixture-of-experts MLP with its norm: router, experts (reading expert_hidden-wide
     tokens), shared experts; a latent MoE's up-projection keeps its latent input."""
-    assert arch.num_moe_experts is not None
-    h, E = arch.hidden_size, arch.num_moe_experts
+    h = arch.hidden_size
     local = sh.tokens / sh.tp
     w = word(sh)  # 2 bytes (4 in fp32 training) a value the router's fp32 tensors aside
     out = norm_in(local, h, sh) + masks(local, h, sh)
@@ -52,7 +58,7 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         return out + w * local * h
     if not sh.drops_pre_moe_norm():  # (kept under TE's router graph: `Shard.keeps_pre_moe_norm`)
         out += w * local * h
-    out += 2 * FP32 * router_tokens(sh) * E + router_copy_bytes(arch, sh)
+    out += router_bytes(arch, sh)
     n = pairs(arch, sh)
     glu = 2 if arch.gated_linear_unit else 1
     F = arch.expert_ffn

@@ -85,6 +85,12 @@ def align_size(job: Job) -> int:
     fuser or grouped tensor, else the quantised recipe's; 0 (no padding) in bf16."""
     if job.moe_fused_grouped_mlp or job.moe_grouped_tensor:
         return GROUPED_TENSOR_ALIGN
+    return _recipe_align(job)
+
+
+def _recipe_align(job: Job) -> int:
+    """Megatron's alignment of the quantised recipe (fp8_utils.py:356-361, fp4_utils.py:176):
+    16, 32 for MXFP8 and NVFP4; 0 in bf16."""
     if not job.quantised:
         return 0
     return BLOCK_ALIGN if job.block_scaled else FP8_ALIGN
@@ -151,11 +157,9 @@ def _experts_align(job: Job) -> int:
     (no padding) in bf16 without the grouped tensor."""
     if job.moe_grouped_tensor:
         return GROUPED_TENSOR_ALIGN
-    if not job.quantised:
-        return 0
-    if job.quant_recipe == "nvfp4":
+    if job.quantised and job.quant_recipe == "nvfp4":
         return TE_NVFP4_ALIGN
-    return BLOCK_ALIGN if job.block_scaled else FP8_ALIGN
+    return _recipe_align(job)
 
 
 def _rank_tokens(job: Job, lay: Layout) -> float:

@@ -40,7 +40,7 @@ def _megatron_moves(copies: list[float], fraction: float) -> list[bool]:
     return offload
 
 
-def _mixtral(mods: tuple[str, ...], fraction: float) -> tuple[Job, Layout]:
+def mixtral(mods: tuple[str, ...], fraction: float) -> tuple[Job, Layout]:
     # /tmp QA repro: Mixtral 8x7B on 64 H100s, seq 6144, tp 1 pp 4 vpp 8 ep 8: one layer a chunk
     j = job("mixtral-8x7b", "h100-sxm-80gb", 64, 6144, 256)
     lay = Layout(
@@ -67,9 +67,9 @@ def test_half_of_two_groups_moves_the_first_only() -> None:
     # So each chunk keeps exactly what it keeps offloading expert_fc1 alone at fraction 1, and
     # moe_act's bytes more than with both groups moved (the old "half of each layer's bytes"
     # freed (fc1 + act) / 2 instead: a fit judged at 71.2 GiB where Megatron's run needs 82.4).
-    j, half = _mixtral(("expert_fc1", "moe_act"), 0.5)
-    _, both = _mixtral(("expert_fc1", "moe_act"), 1.0)
-    _, one = _mixtral(("expert_fc1",), 1.0)
+    j, half = mixtral(("expert_fc1", "moe_act"), 0.5)
+    _, both = mixtral(("expert_fc1", "moe_act"), 1.0)
+    _, one = mixtral(("expert_fc1",), 1.0)
     sh = shard(j, half)
     assert sh.pad_pairs == 0
     n = 6144 * 2 * sh.moe_load

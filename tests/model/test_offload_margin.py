@@ -16,7 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from jobs import job
+from test_offload_fraction_groups import mixtral
 
 from planner.inputs import catalog
 from planner.inputs.layout import Layout
@@ -36,18 +36,7 @@ DSV3_QKV_OUT = 2 * 8192 * 128 * (2 * 192 + 128) + 2 * 8192 * 128 * 128
 def _mixtral(fraction: float) -> tuple[Job, Layout]:
     # Mixtral 8x7B on 64 H100s, seq 6144, tp 1 pp 4 vpp 8 ep 8: one layer a chunk, 16
     # micro-batches; expert_fc1 and moe_act offloaded
-    j = job("mixtral-8x7b", "h100-sxm-80gb", 64, 6144, 256)
-    lay = Layout(
-        dp=16,
-        pp=4,
-        vpp=8,
-        ep=8,
-        sequence_parallel=True,
-        zero_stage=1,
-        offload_modules=("expert_fc1", "moe_act"),
-        activation_offload_fraction=fraction,
-    )
-    return j, lay
+    return mixtral(("expert_fc1", "moe_act"), fraction)
 
 
 def _acts(j: Job, lay: Layout, rank: int) -> float:
