@@ -279,8 +279,8 @@ def fraction_moves(copies: Sequence[float], fraction: float) -> list[bool]:
     int(n x (1 - fraction)), which stay on the GPU (Megatron-LM d98e8a64
     fine_grained_activation_offload.py:650-668, post_warmup_callback, per chunk, `reversed`).
     A group that copies nothing moves nothing either way. The one rule memory
-    (`layer_kept.chunk_kept`), host memory (`chunk_copies`) and the transfer times
-    (`stage_offload`) read."""
+    (`layer_kept.chunk_kept`) and the transfer times (`stage_offload`, `chunk_copies`) read;
+    not host memory, which holds the warm-up step's copies of every group (`host_memory`)."""
     eligible = [i for i, c in enumerate(copies) if c > 0.0]
     stay = set(eligible[len(eligible) - int(len(eligible) * (1.0 - fraction)) :])
     return [i not in stay for i in range(len(copies))]
@@ -341,12 +341,13 @@ def chunk_copies(
 
 
 def reload_window(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: Chunks, last: bool = False, tail: Tail = ()
 ) -> float | None:
     """Offloaded bytes on the GPU at a rank's peak, reloaded around the backward
-    (`window_bytes`): of the rank's layers that move groups, the most one layer's moving
-    groups reload at once (`Moved.reloaded`, `_chunk_moves`); None where no layer moves any."""
-    layers = [g for c in _chunk_moves(arch, lay, sh, chunks) for g in c]
+    (`window_bytes`): of the rank's layers that move groups, the MTP layers' `tail` among them
+    (`last` and `tail` as `_chunk_moves` reads them), the most one layer's moving groups reload
+    at once (`Moved.reloaded`; 0 where they all stay); None where no layer moves any."""
+    layers = [g for c in _chunk_moves(arch, lay, sh, chunks, last, tail) for g in c]
     if not layers:
         return None
     return window_bytes(max(sum(m.reloaded for m, mv in g if mv) for g in layers))

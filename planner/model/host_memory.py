@@ -11,13 +11,15 @@ Per GPU, the busiest pipeline rank's:
 - whole-layer offloading (pp 1): the activations of the first min(k, n - 1) layers of one
   micro-batch (Transformer Engine's schedule, `cpu_offload`, keeps the others on the GPU; pp 1
   runs one micro-batch at a time);
-- fine-grained offloading: each in-flight micro-batch's offloaded groups (`fine_offload.
-  chunk_copies`: of the layers that move them, under full recompute only those it leaves whole,
-  the groups the activation offload fraction moves in each chunk, the MTP layers' after the
-  last chunk's, not the last rank's last groups of each module), the in-flight count
-  that of the GPU's activations (`in_flight.schedule_peak`): Megatron-LM d98e8a64
-  fine_grained_activation_offload.py keeps the host copies in a pool of pinned tensors by shape
-  (`OffloadTensorPool`), as many as were ever in flight;
+- fine-grained offloading: each in-flight micro-batch's groups as the first step copies them
+  (`fine_offload.chunk_copies` at fraction 1: of the layers that move them, under full recompute
+  only those it leaves whole, the MTP layers' after the last chunk's), the in-flight count that
+  of the GPU's activations (`in_flight.schedule_peak`). Megatron-LM d98e8a64
+  fine_grained_activation_offload.py: the first step is the warm-up, in which every group is
+  copied (should_bulk_offload :1211-1212; the fraction, the margin and the last rank's rule are
+  set after it, post_warmup_callback :609-668), and its host copies stay pinned: the pool by
+  shape keeps every tensor it made (`OffloadTensorPool` :241-244, reset :347-359), the MoE
+  groups' blocks (:403-406) PyTorch's caching host allocator, which frees none;
 - the offloaded optimizer: HOST_OPTIMIZER_BYTES per offloaded parameter of the GPU's
   distributed-optimizer shard, and the round-up of its two pinned fp32 blocks a parameter's
   piece (the master and the gradient buffer), piece by piece (`planner.model.host_pinned`);
@@ -187,11 +189,11 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
     peak, seen = 0.0, set()
     mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
     tail = mtp_layers_kept(job, layout, sh, per_layer(arch, sh))[1] if mtp is not None else ()
+    warm = layout.with_(activation_offload_fraction=1.0)  # the first step copies every group
     for rank, chunks in enumerate(ranks):
         if only is not None and rank not in only:
             continue
-        end = rank == layout.pp - 1 and job.framework != "torchtitan"
-        per_chunk = chunk_copies(arch, layout, sh, chunks, end, tail if rank == mtp else ())
+        per_chunk = chunk_copies(arch, warm, sh, chunks, False, tail if rank == mtp else ())
         if per_chunk in seen and job.framework == "megatron":
             continue  # Megatron's schedules: a lower rank holds as much, in no fewer micro-batches
         seen.add(per_chunk)

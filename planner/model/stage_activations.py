@@ -242,8 +242,8 @@ def activation_parts(
     both = (sh.cross_entropy == "pytorch" and sh.loss_chunks == 1) or pool_holds_working(sh)
     counts = arch.kind_counts(chunks)
     present = [k for k, n in zip(arch.kinds, counts, strict=True) if n]
-    # the offloaded groups being reloaded and prefetched around the backward
-    window = reload_window(arch, layout, sh, chunks) if sh.offload else None
+    # the offloaded groups being reloaded and prefetched around the backward, the MTP layers'
+    window = reload_window(arch, layout, sh, chunks, final, tail) if sh.offload else None
     if window is not None:  # and the offload margin's groups, once (`margin_bytes`)
         window += margin_bytes(arch, layout, pers, chunks, final, tail)
     cp_bytes = None

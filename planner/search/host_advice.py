@@ -1,15 +1,16 @@
 """Changes that bring what a layout offloads back within its host memory
 (`planner.model.host_memory`), for a layout that fits in GPU memory but not in host memory.
 
-Offloading less (`_candidates`): of the whole layers (`cpu_offloading_num_layers`), the share of
-the fine-grained groups (`activation_offload_fraction`, in hundredths) or of the optimizer
-(`optimizer_offload_fraction`, a `[training]` field), among the amounts that fit both the host
-and the GPU (what it no longer offloads stays on the GPU: the GPU's memory falls as the amount
-grows and the host's rises, so those are a range) the fastest: of layers and shares the least
+Offloading less (`_candidates`): of the whole layers (`cpu_offloading_num_layers`) or the share
+of the optimizer (`optimizer_offload_fraction`, a `[training]` field), among the amounts that fit
+both the host and the GPU (what it no longer offloads stays on the GPU: the GPU's memory falls as
+the amount grows and the host's rises, so those are a range) the fastest: of layers the least
 (the step never gains from moving more activations), of the optimizer the fastest by the
 step-time model (its CPU update overlaps the GPU's on the rest: a few hundredths on the host can
 beat none). Where none of the range fits the GPU, the most the host holds, the nearest to
-fitting; or one fine-grained module fewer. Or a change of
+fitting; or one fine-grained module fewer. Not the fine-grained groups' share
+(`activation_offload_fraction`): the host holds the first step's copies of every group whatever
+it is (`host_memory`). Or a change of
 `advice.single_changes` (recompute, more tp or cp ...) that shrinks what is offloaded until it
 fits; and each of the latter with offloading less on top, where none of those fits GPU memory
 too or where the pair is faster than every one that does. `planner check` lists the ones that
@@ -60,12 +61,8 @@ def _candidates(
         if layers:
             new = lay.with_(cpu_offloading_num_layers=layers[0])
             yield 0, "cpu_offloading_num_layers", k, layers[0], job, new
-    mods, f = lay.offload_modules, lay.activation_offload_fraction
+    mods = lay.offload_modules
     if mods:
-        shares = span(1, below(f), lambda i: (job, lay.with_(activation_offload_fraction=share(i))))
-        if shares:
-            new = lay.with_(activation_offload_fraction=share(shares[0]))
-            yield 1, "activation_offload_fraction", f, share(shares[0]), job, new
         for module in mods:
             new = lay.with_(offload_modules=tuple(m for m in mods if m != module))
             if host(job, new):

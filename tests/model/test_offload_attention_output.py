@@ -114,15 +114,17 @@ def test_core_attn_alone_under_fp8_frees_the_output(tmp_path: Path) -> None:
 
 def test_the_host_holds_the_output_twice() -> None:
     # Llama 3.1 8B on one stage, 8192 tokens, bf16, core_attn and attn_proj: 32 layers copy
-    # Q, K, V and the output twice, 8192 x (12,288 + 2 x 8,192) bytes each, but the last
-    # layer, whose two groups the last rank's last chunk keeps (should_bulk_offload,
-    # fine_grained_activation_offload.py:1217-1225 d98e8a64): 31 on the host; one micro-batch in
-    # flight; the 8192 x 4096 x 2 = 2^26-byte hidden state rounds up by 1
+    # Q, K, V and the output twice, 8192 x (12,288 + 2 x 8,192) bytes each, all 32 on the host:
+    # the first step (the warm-up) copies every group, the last layer's too, which the steady
+    # steps keep on the last rank (should_bulk_offload, fine_grained_activation_offload.py
+    # :1211-1212 before :1217-1225 d98e8a64), and the pinned copies stay (:241-244, :347-359);
+    # one micro-batch in flight; the 8192 x 4096 x 2 = 2^26-byte hidden state rounds up by 1
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 64)
     lay = Layout(dp=8, zero_stage=1, offload_modules=("core_attn", "attn_proj"))
     per = 8192 * (QKV + 2 * OUT)
-    assert host_memory.activation_bytes(j, lay) == pytest.approx(31 * per)
-    # and the copies take that long each way on the host link
+    assert host_memory.activation_bytes(j, lay) == pytest.approx(32 * per)
+    # and the copies take that long each way on the host link (32: the time model's own count
+    # of the steady step, `offload_one_way` with no rank)
     chunks = lay.chunk_layers(32)[0]
     t = stage_time.layout_times(j, lay)
     want = 32 * per / host_link.host_link_bandwidth(j)
@@ -131,9 +133,12 @@ def test_the_host_holds_the_output_twice() -> None:
 
 def test_the_host_holds_what_mla_up_proj_discards() -> None:
     # the recipe itself (core_attn, attn_proj, mla_up_proj recomputed), pp 1, one micro-batch in
-    # flight: 61 layers copy Q, K, V (discarded on the GPU by the recompute) and the output
-    # twice; the 8192 x 7168 x 2 = 112 MiB hidden state takes a 128 MiB pinned block (8 / 7)
+    # flight: 61 layers and the MTP layer copy Q, K, V (discarded on the GPU by the recompute)
+    # and the output twice, all 62 in the first step (the warm-up copies every group, the MTP
+    # layer's last ones too: test_the_host_holds_the_output_twice); the 8192 x 7168 x 2 = 112
+    # MiB hidden state takes a 128 MiB pinned block (8 / 7). (Before: 61, the steady step's.)
     plan = load_plan(RECIPE)
-    want = 61 * (DSV3_QKV + 2 * DSV3_OUT) * 8 / 7
+    assert plan.job.arch.mtp_num_layers == 1
+    want = 62 * (DSV3_QKV + 2 * DSV3_OUT) * 8 / 7
     assert host_memory.activation_bytes(plan.job, plan.require_layout()) == pytest.approx(want)
-    assert want / GIB == pytest.approx(61 * 1.5 * 8 / 7)
+    assert want / GIB == pytest.approx(62 * 1.5 * 8 / 7)

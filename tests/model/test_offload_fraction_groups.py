@@ -88,12 +88,16 @@ def test_half_of_two_groups_moves_the_first_only() -> None:
 
     assert kept(half) == pytest.approx(kept(one))
     assert kept(half) - kept(both) == pytest.approx(act)
-    # the peak and the host copies follow: as with expert_fc1 alone (82.4 GiB, over 77.3)
+    # the peak follows: as with expert_fc1 alone (82.4 GiB, over 77.3)
     report = memory.estimate(j, half)
     assert report.peak == pytest.approx(memory.estimate(j, one).peak)
     assert not report.fits
+    # not the host copies: the first step (the warm-up) copies both groups whatever the fraction
+    # (should_bulk_offload :1211-1212; the fraction is set after it, :650-668) and they stay
+    # pinned (test_offload_host_warmup). Before: as with expert_fc1 alone, the steady step's.
     host = host_memory.activation_bytes(j, half)
-    assert host == pytest.approx(host_memory.activation_bytes(j, one))
+    assert host == pytest.approx(host_memory.activation_bytes(j, both))
+    assert host > host_memory.activation_bytes(j, one)
 
 
 def test_memory_frees_what_the_time_model_moves_brute_force() -> None:

@@ -4,9 +4,11 @@ stage_offload.offload_one_way via fine_offload.chunk_copies' tail).
 Oracle: Megatron-LM d98e8a64 gpt_model.py:600, :711-712 (one chunk handler per model-chunk
 forward; the MTP layers open their groups in it, after the decoder layers'),
 fine_grained_activation_offload.py:1217-1225 (should_bulk_offload: on the last pipeline rank's
-last chunk each name's last group is not copied) and :650-668 (the fraction over the chunk's
-list). Bytes by hand: DeepSeek-V3 at 8192 tokens a micro-batch, t = 1, FP8 (core_attn copies
-Q, K, V and the flash output, 16-bit: test_offload_margin.DSV3_QKV_OUT, 1.25 GiB a layer)."""
+last chunk each name's last group is not copied in the steady steps: the host link's time) and
+:1211-1212 (the first step, the warm-up, copies every group: the host memory, whose pinned copies
+stay, :241-244, :347-359). Bytes by hand: DeepSeek-V3 at 8192 tokens a micro-batch, t = 1, FP8
+(core_attn copies Q, K, V and the flash output, 16-bit: test_offload_margin.DSV3_QKV_OUT, 1.25
+GiB a layer)."""
 
 from __future__ import annotations
 
@@ -39,22 +41,24 @@ def _plan(tmp_path: Path, depths: int) -> tuple[Job, Layout]:
 
 
 def test_mtp_depths_groups_reach_the_host(tmp_path: Path) -> None:
-    # two MTP depths: 61 + 2 core_attn groups in the last (only) chunk; should_bulk_offload
-    # keeps the last one (the second depth's) on the GPU: 62 copied, one micro-batch in flight
-    # (pp 1), each block rounded to a power of two (pinned_roundup of the hidden-state tensor).
-    # Before: the MTP layers' groups left out, and the decoder's last kept: 61.
+    # two MTP depths: 61 + 2 core_attn groups in the last (only) chunk, all 63 on the host: the
+    # first step (the warm-up, should_bulk_offload :1211-1212) copies every group, the second
+    # depth's too, which the steady steps keep on the GPU (:1217-1225), and its pinned copies
+    # stay (OffloadTensorPool :241-244, :347-359); one micro-batch in flight (pp 1), each block
+    # rounded to a power of two (pinned_roundup of the hidden-state tensor).
+    # Before: the MTP layers' groups left out, and the decoder's last kept: 61; then 62.
     j, lay = _plan(tmp_path, 2)
     sh_round = host_memory._roundup(j, host_memory.shard(j, lay))
     got = host_memory.activation_bytes(j, lay)
-    assert got == pytest.approx(62 * DSV3_QKV_OUT * sh_round)
+    assert got == pytest.approx(63 * DSV3_QKV_OUT * sh_round)
 
 
 def test_one_mtp_depth_replaces_the_kept_group(tmp_path: Path) -> None:
-    # one MTP depth: 61 + 1 groups, the MTP layer's the last, kept: 61 copied, as the decoder's
-    # last group stayed before (no change on the host from the MTP layer's group)
+    # one MTP depth: 61 + 1 groups, all 62 copied in the warm-up step (the MTP layer's, the
+    # last, kept on the GPU in the steady steps only)
     j, lay = _plan(tmp_path, 1)
     sh_round = host_memory._roundup(j, host_memory.shard(j, lay))
-    assert host_memory.activation_bytes(j, lay) == pytest.approx(61 * DSV3_QKV_OUT * sh_round)
+    assert host_memory.activation_bytes(j, lay) == pytest.approx(62 * DSV3_QKV_OUT * sh_round)
 
 
 def test_mtp_groups_on_the_host_link(tmp_path: Path) -> None:

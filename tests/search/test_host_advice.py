@@ -157,21 +157,21 @@ def test_the_optimizer_and_fine_grained_shares_are_the_fastest_hundredth_that_fi
         if c.field == "training.optimizer_offload_fraction"
     ]
     assert least.after == 0.0
-    # fine-grained offloading of every module at fraction 1, a layout over the GPU too: no share
-    # fits both, so the largest hundredth that fits the host, the nearest to fitting the GPU
+    # fine-grained offloading of every module at fraction 1, a layout over the GPU too: no
+    # share of the groups fits the host, whose pinned copies are the first step's, every group
+    # copied whatever the fraction (Megatron-LM d98e8a64 fine_grained_activation_offload.py
+    # :1211-1212, the fraction set after that step, :650-668; the pool keeps its tensors,
+    # :241-244, :347-359): no fraction is offered. (Before: the largest hundredth that fit
+    # the host, its steady step's copies.)
     modules = Layout(
         tp=1, pp=1, dp=8, zero_stage=1, offload_modules=("attn_norm", "qkv_linear", "core_attn")
     )
     job33 = _host(33 + _staging(_host(33), modules))  # 1 GiB usable besides the staging
     assert host_memory.estimate(job33, modules).activations > 1 * GIB
     changes = host_advice.host_changes(job33, modules)
-    (share,) = [c for c in changes if c.field == "activation_offload_fraction" and not c.also]
-
-    def share_fits(x: float) -> bool:
-        return host_memory.estimate(job33, modules.with_(activation_offload_fraction=x)).fits
-
-    assert share.after == max(i / 100 for i in range(1, 100) if share_fits(i / 100))
-    assert not share.fits
+    assert not [c for c in changes if c.field == "activation_offload_fraction"]
+    least = modules.with_(activation_offload_fraction=0.01)
+    assert not host_memory.estimate(job33, least).fits
     dropped = [c for c in changes if c.field == "offload_modules"]
     assert all(host_memory.estimate(job33, c.layout).fits for c in dropped)
 
