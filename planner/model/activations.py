@@ -320,9 +320,9 @@ def layer_bytes(
     arch: ModelArch, is_moe: bool | LayerKind, sh: Shard, recompute: bool = True
 ) -> float:
     """Bytes one decoder layer of a kind (or a transformer layer's MoE flag) keeps for one
-    micro-batch: its blocks' (with CUDA graphs, their static buffers, `graph_bytes`).
-    recompute=False ignores full and per-op recompute (the working set of the one layer being
-    recomputed)."""
+    micro-batch: its blocks' (with CUDA graphs, their static buffers, `graph_bytes`, and a MoE
+    layer's router graph's outputs, `Shard.router_graph_outputs`). recompute=False ignores full
+    and per-op recompute (the working set of the one layer being recomputed)."""
     if recompute and sh.recompute == "full":
         return layer_input_bytes(arch, sh) + graph_bytes(arch, sh)
     if recompute and sh.recompute == "per_op":
@@ -336,7 +336,7 @@ def layer_bytes(
     if kind.ffn == "dense":
         out += mlp_bytes(arch, arch.ffn_hidden_size, sh)
     elif kind.moe:
-        out += moe_bytes(arch, sh)
+        out += moe_bytes(arch, sh) + sh.router_graph_outputs
     return out
 
 

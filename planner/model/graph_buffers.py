@@ -43,8 +43,11 @@ graph.py) keeps per micro-batch in flight beyond its eager activations: its grap
 output, held strongly from the forward capture until its backward graph's (:729, :880-886),
 beside the next layer's static input, a separate buffer Megatron allocates per layer (Megatron-LM
 d98e8a64 transformer/module.py:266-271) into which the graphed forward copies it (graph.py
-:1045-1050); eager, the one tensor is both. A graph of part of a layer returns what its layer
-saves anyway or its input (transformer_layer.py:942-952, the residual): none."""
+:1045-1050); eager, the one tensor is both. A graph of a layer's mixer returns the residual
+(transformer_layer.py:942-952), which the pre-MLP norm saves anyway: none. A graph of the MoE
+router returns tensors the eager layer frees (its probs and routing map, the shared experts'
+output, the alltoall dispatcher's permuted tokens): `router_graph.router_graph_outputs`, in the
+MoE layer's bytes (`Shard.router_graph_outputs`), not here."""
 
 TE_GRAPH_SHARED_TENSORS = 3
 """Layer-input-sized bf16 buffers Transformer Engine's graphs keep once per rank, whatever the
@@ -54,8 +57,9 @@ Megatron-Bridge 067f987d 2.18.0 in uv.lock), so the static gradient outputs are 
 output signature shared by every graph (graph.py:803-818 at d0067d0d; a whole layer's: its hidden
 states, 1) and each backward graph's static gradient inputs become weak references once the next
 graph of its chunk is captured (:893-906), so the running graph's and the one before it are held
-(2). Graphs of the MoE router hand back the residual and the pre-MLP norm's output too
-(transformer_layer.py:942-952): one layer input more, not counted."""
+(2). Graphs of the MoE router hand back more outputs (the residual, the pre-MLP norm's output,
+the probs, the routing map, the shared experts' output and the permuted tokens:
+`router_graph.router_graph_outputs`), whose static gradients are held so too: not counted."""
 
 
 def _graph_input(arch: ModelArch, sh: Shard) -> float:
@@ -76,11 +80,11 @@ def graph_bytes(arch: ModelArch, sh: Shard) -> float:
     if not sh.cuda_graphs or sh.cuda_graph_impl == "full_iteration":
         return 0.0
     if sh.cuda_graph_impl == "transformer_engine":
-        return TE_GRAPH_OUTPUT_COPIES * _graph_input(arch, sh) if _whole_layer(sh) else 0.0
+        return TE_GRAPH_OUTPUT_COPIES * _graph_input(arch, sh) if whole_layer(sh) else 0.0
     return LOCAL_GRAPH_LAYER_TENSORS * _graph_input(arch, sh)
 
 
-def _whole_layer(sh: Shard) -> bool:
+def whole_layer(sh: Shard) -> bool:
     """Whether one graph runs a layer from its input to its output (Megatron's
     _te_cuda_graph_capture, transformer_layer.py:1263-1318: no modules named, or attention with
     the MLP or MoE block)."""

@@ -11,6 +11,7 @@ from planner.inputs.plan import Job
 from planner.model import dsa, fp32, moe_padding, routing_load
 from planner.model.graph_capture import keeps_pre_moe_norm
 from planner.model.router_dtype import cast_bytes
+from planner.model.router_graph import router_graph_outputs
 from planner.model.shard import AttentionFp8, Shard, linear_input_bytes
 
 FUSED_HEAD_DIM_MULTIPLE = 8
@@ -57,7 +58,8 @@ SHARD_UNREAD = frozenset(
 modules, the offloaded modules and fraction, the CP exchange, the shared-expert overlap, the token
 dispatcher and its backend: itself, and through `routing_load.memory_loads` (the micro-batch size,
 cp, tp, sequence parallelism, ep, etp, the dispatcher and its backend) and
-`graph_capture.keeps_pre_moe_norm` (the shared-expert overlap, the dispatcher); `dsa.shard_fields`
+`graph_capture.keeps_pre_moe_norm` (the shared-expert overlap, the dispatcher) and
+`router_graph.router_graph_outputs` (those and the backend); `dsa.shard_fields`
 reads tp, `router_dtype`, `fp32` and `shard` the job alone. No pipeline, data-parallel, ZeRO,
 schedule-overlap, block-recompute or whole-layer offloading field: `stage_activations.shard`
 remembers one shard for the layouts that differ only in those (DeepSeek-V3 on 2,048 H800: 662
@@ -160,4 +162,6 @@ def make_shard(job: Job, layout: Layout) -> Shard:
         offload=frozenset(layout.offload_modules),
         offload_fraction=layout.activation_offload_fraction,
     )
+    if outputs := router_graph_outputs(job, layout, out):
+        out = replace(out, router_graph_outputs=outputs)
     return replace(out, **dsa.shard_fields(job, layout.tp)) if job.arch.has_dsa else out

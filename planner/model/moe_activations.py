@@ -73,13 +73,22 @@ def moe_bytes(arch: ModelArch, sh: Shard) -> float:
         out += local * linear_in(BF16 * arch.moe_latent_size, sh)
     if not sh.drops("moe_act"):
         out += n * linear_in(BF16 * F, sh)
+    return out + shared_expert_bytes(arch, sh) + combine_bytes(arch, sh)
+
+
+def shared_expert_bytes(arch: ModelArch, sh: Shard) -> float:
+    """What the shared experts keep per micro-batch beyond the norm output the router keeps
+    (`shared_input_bytes`, fc1's output and activation; none where selective recompute
+    checkpoints them, whose checkpoint keeps that norm output only); 0 without shared experts."""
     Fs = arch.moe_shared_expert_intermediate_size
-    if Fs and not sh.drops("shared_experts"):
-        out += shared_input_bytes(arch, sh)
-        out += local * (w * Fs * glu + linear_in(BF16 * Fs, sh))
-        if glu == 2 and not sh.fused_swiglu:  # silu's output, as a dense MLP's (`mlp_bytes`)
-            out += w * local * Fs
-    return out + combine_bytes(arch, sh)
+    if not Fs or sh.drops("shared_experts"):
+        return 0.0
+    local, w = sh.tokens / sh.tp, word(sh)
+    glu = 2 if arch.gated_linear_unit else 1
+    out = shared_input_bytes(arch, sh) + local * (w * Fs * glu + linear_in(BF16 * Fs, sh))
+    if glu == 2 and not sh.fused_swiglu:  # silu's output, as a dense MLP's (`mlp_bytes`)
+        out += w * local * Fs
+    return out
 
 
 def router_tokens(sh: Shard) -> float:

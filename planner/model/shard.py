@@ -201,6 +201,9 @@ class Shard:
     """A MoE layer keeps its pre-MLP norm's output though layernorm is recomputed: Megatron turns
     that recompute off under Transformer Engine's router graphs (`graph_capture.keeps_pre_moe_norm`,
     transformer_layer.py:481-527 d98e8a64)."""
+    router_graph_outputs: float = 0.0
+    """Bytes a MoE layer keeps per micro-batch beyond its eager tensors: Transformer Engine's
+    router graph's static outputs the eager layer frees (`router_graph.router_graph_outputs`)."""
     offload: frozenset[str] = frozenset()
     """Fine-grained activation offloading's modules (`planner.model.fine_offload`)."""
     offload_fraction: float = 1.0
