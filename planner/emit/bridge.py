@@ -199,6 +199,9 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     for name in ("attention_dropout", "hidden_dropout"):
         if not getattr(job, name):  # no masks in the plan's memory: TransformerConfig's 0.0
             model[name] = 0.0
+    # the recipe's (some turn it off) made the plan's: GPTModelProvider's default is on where
+    # the fused kernel is available (gpt_provider.py:206)
+    model["gradient_accumulation_fusion"] = job.gradient_accumulation_fusion
     if job.arch.position_embedding_type == "rope":  # TransformerConfig's default is False
         model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
     if (switch := activation_switch(job)) is not None:  # the activation as timed, fused or not

@@ -193,6 +193,8 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--fp8-output-proj",))
     if not job.fused_rope and job.arch.position_embedding_type == "rope":
         a.append(("--no-rope-fusion",))  # rotary embeddings as separate ops, as timed
+    if not job.gradient_accumulation_fusion:  # DDP's hook adds each wgrad, as timed
+        a.append(("--no-gradient-accumulation-fusion",))  # (planner.model.wgrad_accumulation)
     if job.megatron_loss in ("native", "te"):
         # a fused loss: the compiled native one where the plan says so (and where it says
         # Transformer Engine's, which Megatron-LM refuses:

@@ -67,6 +67,7 @@ MEGATRON_TRAINING = (
     "optimizer_instances",
     "outer_dp_sharding_strategy",
     "async_save",
+    "gradient_accumulation_fusion",
 )
 """`[training]` settings of Megatron-LM's code that a torchtitan job never reads (its loss is
 `[torchtitan] loss_chunks`, its data parallelism FSDP2's, its experts its own)."""

@@ -66,6 +66,9 @@ class Job:
     optimizer_offload_overlap: bool = True
     """Megatron --overlap-cpu-optimizer-d2h-h2d: the offloaded step's copies and CPU update
     pipeline over parameters (`planner.model.optimizer_offload.host_step_time`)."""
+    gradient_accumulation_fusion: bool = True
+    """Megatron's TE linears accumulate their weight gradients into the main gradients in the
+    wgrad GEMM (false: --no-gradient-accumulation-fusion, `planner.model.wgrad_accumulation`)."""
     fused_norm: bool = True
     cross_entropy: CrossEntropy = "fused"
     fused_swiglu: bool = True

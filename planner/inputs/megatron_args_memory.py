@@ -49,8 +49,12 @@ def training_flags(line: Line, parallel: dict[str, Any], notes: list[str]) -> di
         out["log_grad_stats"] = True
     if line.has("--test-mode"):
         out["test_mode"] = True
-    if not line.has("--no-create-attention-mask-in-dataloader"):  # Megatron's default: built
+    if not mask_off(line):  # Megatron's default: built
         out["dataloader_attention_mask"] = True
+    # torch FSDP2 (which asserts the flag, arguments.py:1040) keeps no main gradients: its
+    # reduce-scatter reads .grad, as planner times ZeRO 3 with the fusion
+    if line.has("--no-gradient-accumulation-fusion") and not line.has("--use-torch-fsdp2"):
+        out["gradient_accumulation_fusion"] = False  # planner.model.wgrad_accumulation
     if line.has("--async-save"):
         out.update(_async_save(line, notes))
     if line.has("--deterministic-mode"):
@@ -67,6 +71,15 @@ def training_flags(line: Line, parallel: dict[str, Any], notes: list[str]) -> di
     out.update(softmax_fields(line))
     out.update(_rl_step(line, parallel))
     return out
+
+
+def mask_off(line: Line) -> bool:
+    """Whether the dataloader builds no attention mask: --no-create-attention-mask-in-dataloader,
+    or --dataloader-inter-document-masking, under which validate_args turns
+    create_attention_mask_in_dataloader off (d98e8a64 arguments.py:1340-1344)."""
+    return line.has("--no-create-attention-mask-in-dataloader") or line.has(
+        "--dataloader-inter-document-masking"
+    )
 
 
 ASYNC_SAVE_NOTE = (

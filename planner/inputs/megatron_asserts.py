@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_args_memory import mask_off
 from planner.inputs.megatron_startup import first_problem
 
 if TYPE_CHECKING:
@@ -86,6 +87,7 @@ def _first_problem(line: Line, position: str, vpp: int, trains: bool) -> tuple[s
         _pipeline(line, vpp),
         _context(line),
         _router_padding(line),
+        _sft_mask(line),
     )
     found = next((c for c in checks if c is not None), None)
     return found if found is not None else first_problem(line, vpp, trains)
@@ -211,4 +213,17 @@ def _router_padding(line: Line) -> tuple[str, str] | None:
     dispatcher = line.text("--moe-token-dispatcher-type") or "allgather"
     if dispatcher in ("allgather", "alltoall_seq"):
         return flag, f"cannot run with the {dispatcher} dispatcher (TransformerConfig raises)"
+    return None
+
+
+def _sft_mask(line: Line) -> tuple[str, str] | None:
+    """--sft builds SFTDataset (pretrain_gpt.py:468-470), whose every sample asserts the
+    dataloader's attention mask off (training/datasets/sft_dataset.py:174): such a run stops at
+    its first batch unless the mask is turned off."""
+    if line.has("--sft") and not mask_off(line):
+        return "--sft", (
+            "needs the dataloader's attention mask off (SFTDataset asserts "
+            "`not create_attention_mask` on every sample, sft_dataset.py:174): add "
+            "--no-create-attention-mask-in-dataloader"
+        )
     return None

@@ -195,6 +195,7 @@ READ = frozenset(
         "--micro-batch-size",
         "--global-batch-size",
         "--step-batch-size-schedule",
+        "--decrease-batch-size-if-needed",  # megatron_batch
         "--recompute-granularity",
         "--recompute-activations",
         "--checkpoint-activations",  # refused, as Megatron exits on it
@@ -204,7 +205,10 @@ READ = frozenset(
         "--model-parallel-size",
         "--no-position-embedding",
         "--ckpt-format",
-        "--no-gradient-accumulation-fusion",
+        "--no-gradient-accumulation-fusion",  # and training.gradient_accumulation_fusion
+        "--sft",  # with the dataloader's attention mask (megatron_startup)
+        "--eval-global-batch-size",  # under --decrease-batch-size-if-needed (megatron_batch)
+        "--eval-micro-batch-size",
         "--main-params-dtype",
         "--tensor-parallel-num-weight-shards",  # refused beyond tp (megatron_layout)
         "--expert-tensor-parallel-num-weight-shards",
@@ -244,6 +248,7 @@ READ = frozenset(
         "--log-num-zeros-in-grad",
         "--test-mode",
         "--no-create-attention-mask-in-dataloader",  # training.dataloader_attention_mask
+        "--dataloader-inter-document-masking",  # (turns it off too)
         "--async-save",  # training.async_save, with --use-persistent-ckpt-worker
         "--use-persistent-ckpt-worker",
         "--check-weight-hash-across-dp-replicas-interval",

@@ -1,5 +1,5 @@
 """The `[training]` table of a plan read from Megatron-LM flags (for `megatron_args`): sequence
-length, the global batch (or a batch schedule's largest), precision and FP8 recipe, the attention
+length, the global batch (`megatron_batch`), precision and FP8 recipe, the attention
 kernels that keep the s x s scores, fused SwiGLU, MoE routing limits, gradient and optimizer-state
 dtypes (`megatron_dtypes`), CUDA graphs, and the flags of `megatron_args_memory`. Flag names and
 meanings: Megatron-LM d98e8a64 (`megatron/training/arguments.py`, the config dataclasses)."""
@@ -10,6 +10,7 @@ from typing import Any
 
 from planner.inputs import megatron_args_memory
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_batch import global_batch
 from planner.inputs.megatron_dtypes import (
     FP32_NOTE,
     FP32_QUANTISED_NOTE,
@@ -53,20 +54,7 @@ def training_table(
     if seq is None:
         raise InputError(f"{where}: --seq-length: required, but not given")
     training: dict[str, Any] = {"seq_length": seq}
-    gbs = line.integer("--global-batch-size")
-    schedule = line.words("--step-batch-size-schedule")
-    if schedule is not None:
-        if gbs is not None:
-            raise InputError(
-                f"{where}: --step-batch-size-schedule: cannot be combined with "
-                "--global-batch-size (Megatron-LM raises ValueError)"
-            )
-        gbs = _largest_batch(" ".join(schedule), where)
-        notes.append(f"--step-batch-size-schedule: read at its largest batch, {gbs}")
-    if gbs is None:  # Megatron's default: one micro-batch per data-parallel rank
-        model_size = parallel.get("tp", 1) * parallel.get("pp", 1) * parallel.get("cp", 1)
-        gbs = parallel.get("micro_batch_size", 1) * max(num_gpus // model_size, 1)
-    training["global_batch_size"] = gbs
+    training["global_batch_size"] = global_batch(line, parallel, num_gpus, notes)
     fp8, fp4, bf16 = line.has("--fp8-format"), line.has("--fp4-format"), line.has("--bf16")
     fp16 = line.has("--fp16")
     params = "bf16" if bf16 else "fp16" if fp16 else "fp32"  # arguments.py:1194-1198
@@ -264,23 +252,6 @@ def graph_regions(text: str) -> list[str] | str:
     if bad is not None:
         return f"{bad!r} is not one of {', '.join(CUDA_GRAPH_MODULES)}, full"
     return list(dict.fromkeys(parts))
-
-
-def _largest_batch(schedule: str, where: str) -> int:
-    """The largest batch of a "THRESHOLD:BS THRESHOLD:BS ..." schedule (Megatron-LM
-    num_microbatches_calculator.py: thresholds in samples or tokens, with K/M/B/T suffixes)."""
-    sizes = []
-    for part in schedule.split():
-        _, colon, size = part.partition(":")
-        if not colon or not size.isdecimal() or int(size) < 1:
-            raise InputError(
-                f"{where}: --step-batch-size-schedule: expected THRESHOLD:BATCH pairs "
-                f"(got {schedule!r})"
-            )
-        sizes.append(int(size))
-    if not sizes:
-        raise InputError(f"{where}: --step-batch-size-schedule: empty")
-    return max(sizes)
 
 
 def _attention(line: Line, training: dict[str, Any], fp32: bool) -> None:

@@ -57,6 +57,10 @@ NOT_MODELLED: dict[str, str] = {
     "checkpoint holds beside the student on every GPU (post_training utils.py:28-30, "
     "model_builder.py:474-494), whose weights and forward planner does not count (memory and "
     "time under-estimated)",
+    "--moe-paged-stash-buffer-size-factor-cpu": "with --moe-paged-stash, the stash's pinned "
+    "host buffer for overflowing pages (that factor x the stash's token maxima, as the CUDA "
+    "buffer's: transformer_config.py:1376, paged_stash.py:586-625) is not counted in host "
+    "memory (host memory under-estimated)",
     "--distribute-saved-activations": "full recompute's layer inputs split across the "
     "tensor-parallel ranks (TransformerConfig distribute_saved_activations, "
     "transformer_config.py:557) are counted whole (memory over-estimated)",
@@ -139,6 +143,8 @@ NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
     "--moe-dispatch-fwd-dtype": ("bf16",),  # transformer_config.py:997
     "--moe-combine-bwd-dtype": ("bf16",),  # transformer_config.py:1004
     "--megatron-fsdp-grad-comm-dtype": ("auto",),  # arguments.py:3695
+    # 0 allocates no host buffer (transformer_config.py:1376, paged_stash.py:592-608)
+    "--moe-paged-stash-buffer-size-factor-cpu": ("0", "0.0", "0.", "-0", "-0.0"),
 }
 """The values of NOT_MODELLED flags that are Megatron's defaults or that planner models (no
 note then)."""

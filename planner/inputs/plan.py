@@ -67,6 +67,7 @@ class Plan:
 TRAINING_AS_IS = (
     "main_params_dtype",
     "use_precision_aware_optimizer",
+    "gradient_accumulation_fusion",
     "optimizer_offload_fraction",
     "optimizer_offload_overlap",
     "moe_expert_capacity_factor",

@@ -1,6 +1,7 @@
 """The `[training]` fields of the optimizer (`planner.inputs.plan_sections.TrainingSection`
 takes them from `OptimizerFields`): Adam's state and master dtypes, the precision-aware and the
-CPU-offloaded optimizer, the distributed optimizer's instances, and Muon's knobs."""
+CPU-offloaded optimizer, the distributed optimizer's instances, Muon's knobs, and how the weight
+gradients reach the main gradients (gradient-accumulation fusion)."""
 
 from __future__ import annotations
 
@@ -88,6 +89,14 @@ class OptimizerFields(BaseModel):
         default="medium",
         description="Megatron --muon-fp32-matmul-prec / Megatron-Bridge "
         "optimizer.muon_fp32_matmul_prec: medium (bf16 GEMMs), high (TF32) or highest (fp32)",
+    )
+    gradient_accumulation_fusion: Flag = Field(
+        default=True,
+        description="Megatron: Transformer Engine's linear layers accumulate each weight "
+        "gradient into the main gradient inside the wgrad GEMM (false: Megatron "
+        "--no-gradient-accumulation-fusion, Megatron-Bridge model.gradient_accumulation_fusion "
+        "false: each weight gradient is written to its own tensor and DDP's hook adds it to the "
+        "main gradient, one memory-bound pass per micro-batch, planner.model.wgrad_accumulation)",
     )
     muon_nesterov: Flag = Field(
         default=False,

@@ -79,6 +79,7 @@ from planner.model import (
     t5,
     titan_accumulation,
     weight_hash,
+    wgrad_accumulation,
 )
 from planner.model.fp32 import pipeline_message_bytes
 from planner.model.interleaved_sync import chunk_counts
@@ -211,6 +212,8 @@ def estimate(job: Job, layout: Layout) -> Performance:
         if rank == lay.pp - 1:  # deferred output-layer wgrads leave its backwards for the flush
             drain = deferred_wgrad(job, lay, lt.gpu, m, heads)
             c, bwd = c - drain / m, bwd - drain / m
+        acc = wgrad_accumulation.seconds(job, lay, rank, chunks, lt.gpu)  # unfused: DDP's adds
+        c, bwd = c + acc, bwd + acc
         if rank == 0:  # a vision encoder's layers (planner.model.vision_time)
             vis = lt.encoder
             c, fwd, bwd, tp = c + vis.fwd + vis.bwd, fwd + vis.fwd, bwd + vis.bwd, tp + vis.tp
