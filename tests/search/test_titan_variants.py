@@ -1,65 +1,37 @@
 """suggest --framework torchtitan searches torchtitan's own settings beside the layout
 (planner.search.titan_variants): reshard_after_forward and HSDP's dp_replicate.
 
-Oracle: a brute force over every (layout, settings) torchtitan accepts on a small problem:
-every (tp, cp, pp, dp) multiplying to the GPU count, micro-batch size, vpp, pipeline split
-(`space.splits`, which defines the split candidates), recompute policy and ZeRO stage, under
-every reshard_after_forward ("never" and "always" at every pp too) and every dp_replicate
-dividing the GPU count, filtered by planner's rules (`rules.violations`: torchtitan's among
-them), scored by the exact model. It shares none of the search's pruning: only the dominance
-definitions (per base layout the fastest fitting recompute policy; a settings variant listed
-only where no simpler one runs the base as fast) and the ranking (step time, `simplicity`, the
-variants' order), folded into rows of twins per variant (`twins.fold`)."""
+Oracle: the brute force over every (layout, settings) torchtitan accepts on a small problem
+(tests/search/titan_brute_force.py: every layout and setting, filtered by planner's rules,
+scored by the exact model, sharing none of the search's pruning nor its enumeration). The
+problems here are dense or cut MoE models (no torchtitan flavor, so ep 1);
+test_titan_variants_ep.py checks expert parallelism and the V schedules."""
 
 from __future__ import annotations
 
-import heapq
 from dataclasses import replace
 from functools import cache
 
 import pytest
-from brute_force import make_job
-from brute_force_space import _factorizations, _user_ok
+import titan_brute_force as brute
+from titan_brute_force import titan_job
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.titan_every_layers import stand_in
 from planner.inputs.torchtitan import TorchtitanSection
 from planner.model import cost, memory
-from planner.search import rules
-from planner.search import space as space_mod
 from planner.search import titan_variants as tv
 from planner.search.space import Bound, Space
-from planner.search.splits import split_fields
 from planner.search.suggest import search_rows
-from planner.search.top_k import Candidate, rank_key, simplicity
-from planner.search.twins import Row, fold
 
 TOP_K = 6
 
 
-def titan_job(*args: object, **cluster: object) -> Job:
-    job = make_job(*args, **cluster)  # type: ignore[arg-type]
-    return replace(
-        job,
-        framework="torchtitan",
-        torchtitan=TorchtitanSection(),
-        selective_recompute="per_op",
-        sp_keeps_gathered_input=True,
-        tp_backward_overlap=False,
-        cross_entropy="pytorch",
-        fused_norm=False,
-        fused_swiglu=False,
-        expandable_segments=True,
-        fp8_param_gather=False,
-    )
-
-
 def cut_model(job: Job, name: str, **fields: object) -> Job:
     """The job with its model cut to a smaller shape under another name (no torchtitan flavor:
-    `rules.torchtitan.experts` refuses expert parallelism there, so `_bases`' ep 1 is the whole
-    space)."""
+    `rules.torchtitan.experts` refuses expert parallelism there, so only the brute force's ep 1
+    layouts pass the rules)."""
     arch = ModelArch.model_validate({**job.arch.model_dump(), "name": name, **fields})
     return replace(job, arch=arch)
 
@@ -156,145 +128,16 @@ PROBLEMS: dict[str, tuple[Job, Space]] = {
 }
 
 
-def _bases(job: Job, space: Space) -> list[Layout]:
-    """Every layout without recompute, in both zero stages (the rules keep torchtitan's)."""
-    n, L, gbs = job.cluster.num_gpus, job.arch.num_layers, job.global_batch_size
-    domain = job.cluster.tiers[0].span_gpus or n
-    out = []
-    for tp, cp, pp, dp in _factorizations(n):
-        if gbs % dp:
-            continue
-        for mbs in range(1, space_mod.MAX_MICRO_BATCH + 1):
-            if (gbs // dp) % mbs:
-                continue
-            for vpp in range(1, L // pp + 1):
-                for split in space_mod.splits(job, space, pp, vpp):
-                    for zero in (0, 3):
-                        lay = Layout(
-                            tp=tp, pp=pp, dp=dp, cp=cp, etp=tp, vpp=vpp,
-                            sequence_parallel=tp > 1, micro_batch_size=mbs,
-                            **split_fields(split), zero_stage=zero, tp_comm_overlap=False,
-                        )  # fmt: skip
-                        if _user_ok(space, lay, domain):
-                            out.append(lay)
-    return out
-
-
-def _every_variant(job: Job) -> list[tv.Variant]:
-    """The search's variants in its order, then the rest torchtitan accepts (every
-    dp_replicate dividing the GPU count)."""
-    order = tv.variants(job)
-    extra = [
-        tv.Variant(s, r)
-        for r in space_mod.divisors(job.cluster.num_gpus)
-        for s in tv.RESHARDS
-        if tv.Variant(s, r) not in order
-    ]
-    return order + extra
-
-
-def _own_job(job: Job, v: tv.Variant) -> Job:
-    """The variant's job with memos of its own (`Variant.job` shares the base job's layer
-    times: the brute force does not lean on that)."""
-    return replace(job, torchtitan=v.settings(job.titan))
-
-
-def _best(job: Job, space: Space, base: Layout) -> Candidate | None:
-    """The base's fastest fitting recompute policy under the job (the first of equals)."""
-    found: list[tuple[float, int, Candidate]] = []
-    for i, r in enumerate(space.recompute):
-        lay = base.with_(recompute=r)
-        if rules.violations(job, lay):
-            continue
-        rep = memory.estimate(job, lay, space.headroom_pct)
-        if rep.fits:
-            found.append(
-                (
-                    cost.estimate(job, lay).step_time_s,
-                    i,
-                    Candidate(lay, rep, cost.estimate(job, lay)),
-                )
-            )
-    return min(found, key=lambda f: f[:2])[2] if found else None
-
-
-def _every_best(job: Job, space: Space, base: Layout) -> tuple[Candidate, int] | None:
-    """The base's fastest fitting "every N-th layer" recompute under the job, over every N >= 2
-    up to the most layers a rank holds (the plan's reading, `titan_every_layers.stand_in`: each
-    rank's every N-th layer recomputed), the smallest N of equals."""
-    if "full" not in space.recompute:
-        return None
-    most = max(sum(map(len, chunks)) for chunks in base.chunk_layers(job.arch.num_layers))
-    found = []
-    for n in range(2, most + 1):
-        lay = stand_in(base.with_(recompute="full"), job.arch.num_layers, n)
-        njob = replace(job, torchtitan=job.titan.model_copy(update={"selective_layer_every": n}))
-        if rules.violations(njob, lay):
-            continue
-        rep = memory.estimate(njob, lay, space.headroom_pct)
-        if rep.fits:
-            c = Candidate(lay, rep, cost.estimate(njob, lay))
-            found.append((c.step_time, n, c))
-    if not found:
-        return None
-    _, n, c = min(found, key=lambda f: f[:2])
-    return c, n
-
-
-Ref = list[tuple[tuple[float, tuple[int, ...], int], Row[Candidate], TorchtitanSection]]
+_bases = brute.bases  # the names other tests import
+_every_variant = brute.every_variant
+_own_job = brute.own_job
 
 
 @cache
-def reference(name: str) -> Ref:
-    """The top K rows over every (base layout, settings): per variant the base's fastest
-    recompute policy, unless an earlier variant runs the base as fast; then per variant the
-    base's fastest every-N recompute, unless any variant runs the base as fast without it or an
-    earlier variant's every-N does; rows of twins per (variant, every-N or not), ranked by step
-    time, `simplicity`, the variants' order (every-N after all)."""
+def reference(name: str) -> brute.Ref:
+    """The brute force's top K rows of the problem (`titan_brute_force.reference`)."""
     job, space = PROBLEMS[name]
-    order = _every_variant(job)
-    bases = _bases(job, space)
-    own = [_own_job(job, v) for v in order]
-    best = [[_best(own[vi], space, b) for b in bases] for vi in range(len(order))]
-    every = [[_every_best(own[vi], space, b) for b in bases] for vi in range(len(order))]
-    merged: Ref = []
-
-    def add(kept: list[Candidate], rank: int, titan: TorchtitanSection) -> None:
-        kept.sort(key=rank_key)
-        for row in fold(kept):
-            key = (row.candidate.step_time, simplicity(row.candidate.layout), rank)
-            merged.append((key, row, titan))
-
-    for vi, v in enumerate(order):
-        kept = []
-        for bi in range(len(bases)):
-            c = best[vi][bi]
-            if c is None:
-                continue
-            if any(
-                (u := best[ui][bi]) is not None and u.step_time <= c.step_time for ui in range(vi)
-            ):
-                continue  # a simpler setting runs this base as fast
-            kept.append(c)
-        add(kept, vi, v.settings(job.titan))
-    for vi, v in enumerate(order):
-        by_n: dict[int, list[Candidate]] = {}
-        for bi in range(len(bases)):
-            got = every[vi][bi]
-            if got is None:
-                continue
-            c, n = got
-            plain = [best[ui][bi] for ui in range(len(order))]
-            earlier = [every[ui][bi] for ui in range(vi)]
-            if any(u is not None and u.step_time <= c.step_time for u in plain) or any(
-                e is not None and e[0].step_time <= c.step_time for e in earlier
-            ):
-                continue
-            by_n.setdefault(n, []).append(c)
-        for n, kept in by_n.items():
-            titan = v.settings(job.titan).model_copy(update={"selective_layer_every": n})
-            add(kept, len(order) + vi, titan)
-    return heapq.nsmallest(TOP_K, merged, key=lambda e: e[0])
+    return brute.reference(job, space, TOP_K)
 
 
 @pytest.mark.parametrize("name", list(PROBLEMS))
