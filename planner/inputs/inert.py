@@ -236,7 +236,7 @@ def _parallel(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, 
 
 def _leaves_whole(lay: Layout, job: Job) -> bool:
     """Whether full recompute leaves some decoder layer whole, to run as without recompute (and
-    so offload its modules' inputs, planner.model.fine_offload.offloading_layers): a rank holding
+    so offload its modules' inputs, planner.model.offload_chunks.offloading_layers): a rank holding
     more layers than block recompute runs recomputed (`titan_every_layers.block_ranges`:
     Megatron's first N of each chunk, megatron/core/recompute.py d98e8a64, or torchtitan's every
     N-th); uniform recompute checkpoints every layer."""

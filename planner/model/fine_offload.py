@@ -1,6 +1,7 @@
 """Fine-grained activation offloading (Megatron-LM --fine-grained-activation-offloading
 --offload-modules): the bytes of one layer's saved activations that live in host memory instead of
-on the GPU, per micro-batch, by module.
+on the GPU, per micro-batch, by module (which of a rank's groups move, chunk by chunk:
+`planner.model.offload_chunks`).
 
 The mechanism (NVIDIA/Megatron-LM d98e8a64, docs/user-guide/features/
 fine_grained_activation_offloading.md and TransformerConfig.offload_modules): each listed
@@ -31,18 +32,19 @@ it saves (`planner.model.activations` terms, split over TP as there):
     fused_group_mlp  the whole grouped MLP's saved inputs: expert_fc1's, moe_act's, fc2's
 
 What is on the GPU instead: the layer's other activations, and the offloaded groups of about two
-layers per rank (one being reloaded for its backward, one prefetched ahead), `window_bytes`.
+layers per rank (one being reloaded for its backward, one prefetched ahead),
+`offload_chunks.window_bytes`.
 
-Under full recompute only the layers it leaves whole offload (`offloading_layers`): a checkpointed
-layer's forward runs under torch.no_grad (tensor_parallel/random.py:616, CheckpointFunction), so
-autograd saves nothing for the offload hooks to move, and the layer input the checkpoint saves
-(:628) is saved outside every module's offload context (those open inside the layer), so it stays
-on the GPU. Block recompute runs the layers after a chunk's first N without a checkpoint
-(megatron/core/recompute.py:167-181, `cf(*args)`), each module's offload on as set per layer
-whatever the recompute (transformer_layer.py:1544-1555, the experts' experts.py:254-267); uniform
-recompute checkpoints every layer. The activation offload fraction counts only the groups that
-moved bytes (fine_grained_activation_offload.py:650-655, `total_offload_bytes > 0`): those of
-the whole layers. (NVIDIA/Megatron-LM d98e8a64.)
+Under full recompute only the layers it leaves whole offload (`offload_chunks.offloading_layers`):
+a checkpointed layer's forward runs under torch.no_grad (tensor_parallel/random.py:616,
+CheckpointFunction), so autograd saves nothing for the offload hooks to move, and the layer
+input the checkpoint saves (:628) is saved outside every module's offload context (those open
+inside the layer), so it stays on the GPU. Block recompute runs the layers after a chunk's
+first N without a checkpoint (megatron/core/recompute.py:167-181, `cf(*args)`), each module's
+offload on as set per layer whatever the recompute (transformer_layer.py:1544-1555, the
+experts' experts.py:254-267); uniform recompute checkpoints every layer. The activation
+offload fraction counts only the groups that moved bytes (fine_grained_activation_offload.py
+:650-655, `total_offload_bytes > 0`): those of the whole layers. (NVIDIA/Megatron-LM d98e8a64.)
 
 Megatron skips tensors below min_offloaded_tensor_size (1M elements, MIN_OFFLOADED_ELEMENTS): a
 module whose per-GPU share is smaller stays on the GPU here too (tested per module, a slight
@@ -52,15 +54,14 @@ Time: `transfer_seconds`, the bytes copied (`copied_bytes`) one way over the GPU
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.hybrid import LayerKind, layer_kind
-from planner.inputs.layout import MIN_OFFLOADED_ELEMENTS, Layout
-from planner.inputs.titan_every_layers import block_ranges
+from planner.inputs.layout import MIN_OFFLOADED_ELEMENTS
 from planner.model.activations import scores
 from planner.model.fp32 import word
+from planner.model.job_memo import ModelMemo
 from planner.model.moe_activations import fc1_input_bytes, pairs
 from planner.model.shard import BF16, FP32, Shard, linear_in, split
 
@@ -75,8 +76,8 @@ class Moved:
     """One layer's offload groups per micro-batch, bytes (module docstring): `freed`, what leaves
     the GPU (counted against `planner.model.activations`); `copied`, what the groups copy to the
     host and back (host memory and transfer time); `reloaded`, what their reload puts back on the
-    GPU at once (`window_bytes`). They differ at the attention output (`_attention_modules`) and
-    where recompute already frees what a group copies."""
+    GPU at once (`offload_chunks.window_bytes`). They differ at the attention output
+    (`_attention_modules`) and where recompute already frees what a group copies."""
 
     freed: float = 0.0
     copied: float = 0.0
@@ -217,10 +218,22 @@ def group_moves(
     saved inside the checkpointed layer), or for the MoE block where a checkpoint discards it.
     recompute=False ignores full and per-op recompute: the groups of a layer that full
     recompute leaves whole (block recompute's layers after the first N of a chunk,
-    `offloading_layers`)."""
+    `offload_chunks.offloading_layers`). Remembered (`_GROUP_MOVES`)."""
+    key = (layer_kind(is_moe), sh, modules, recompute)
+    return _GROUP_MOVES.get(arch, key, lambda: _group_moves(arch, key[0], sh, modules, recompute))
+
+
+_GROUP_MOVES: ModelMemo[tuple[object, ...], tuple[tuple[str, Moved], ...]] = ModelMemo(1 << 14)
+"""`group_moves` per model and what it reads besides: the layer kind, the shard, the modules and
+whether recompute applies (no calibrated constant): the search asks it of every kind of every
+rank of every layout that offloads."""
+
+
+def _group_moves(
+    arch: ModelArch, kind: LayerKind, sh: Shard, modules: frozenset[str], recompute: bool
+) -> tuple[tuple[str, Moved], ...]:
     if not modules or (recompute and sh.recompute in ("full", "per_op")):
         return ()
-    kind = layer_kind(is_moe)
     out: list[tuple[str, Moved]] = []
     if kind.mixer == "attention":
         groups = _attention_groups(arch, sh, modules)
@@ -270,129 +283,6 @@ def group_bytes(
     copies to the host and back in a layer that moves them (`group_moves(...,
     recompute=False)`, copied: 0 for a group whose tensors are below the size floor)."""
     return tuple((name, m.copied) for name, m in group_moves(arch, is_moe, sh, modules, False))
-
-
-def fraction_moves(copies: Sequence[float], fraction: float) -> list[bool]:
-    """Per offload group of one model chunk, in the order its forward opens them (every layer's
-    groups, layer after layer; `copies`: the bytes each copies), whether it moves under
-    --activation-offload-fraction: of the groups that copy anything, all but the last
-    int(n x (1 - fraction)), which stay on the GPU (Megatron-LM d98e8a64
-    fine_grained_activation_offload.py:650-668, post_warmup_callback, per chunk, `reversed`).
-    A group that copies nothing moves nothing either way. The one rule memory
-    (`layer_kept.chunk_kept`) and the transfer times (`stage_offload`, `chunk_copies`) read;
-    not host memory, which holds the warm-up step's copies of every group (`host_memory`)."""
-    eligible = [i for i, c in enumerate(copies) if c > 0.0]
-    stay = set(eligible[len(eligible) - int(len(eligible) * (1.0 - fraction)) :])
-    return [i not in stay for i in range(len(copies))]
-
-
-def moving_layers(kinds: Sequence[int], counts: Sequence[int]) -> list[bool]:
-    """Per layer of a chunk (its kinds' indices in `ModelArch.kinds`, in order), whether its
-    groups move, of `counts[j]` layers of kind j that move (`offloading_layers`): each kind's
-    last ones (block recompute checkpoints a chunk's first N)."""
-    left = list(counts)
-    moves = [False] * len(kinds)
-    for i in reversed(range(len(kinds))):
-        if left[kinds[i]] > 0:
-            left[kinds[i]] -= 1
-            moves[i] = True
-    return moves
-
-
-Chunks = tuple[range, ...]
-Tail = Sequence[tuple[str, Moved]]
-"""Named offload groups after a chunk's own (`_chunk_moves`' tail)."""
-
-
-def _chunk_moves(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: Chunks, last: bool = False, tail: Tail = ()
-) -> list[list[list[tuple[Moved, bool]]]]:
-    """Per chunk of one rank, per layer of it that moves its offload groups
-    (`offloading_layers`, `moving_layers`; the last chunk's `tail`, the MTP layers' groups that
-    open after its own, gpt_model.py:600, :711-712, as one more), each group's `Moved` and
-    whether it moves: `fraction_moves` over the chunk's groups in the order they open; on the
-    last rank's last chunk (`last`) not each name's last group (`should_bulk_offload`)."""
-    mods = frozenset(lay.offload_modules)
-    index = {kind: j for j, kind in enumerate(arch.kinds)}
-    each = [group_moves(arch, kd, sh, mods, False) for kd in arch.kinds]
-    out, moving = [], offloading_layers(arch, lay, sh, chunks)
-    for i, (c, counts) in enumerate(zip(chunks, moving, strict=True)):
-        kinds = [index[kd] for kd in arch.layer_kinds[c.start : c.stop]]
-        mv = moving_layers(kinds, counts)
-        layers = [each[j] for j, m in zip(kinds, mv, strict=True) if m]
-        end = i == len(chunks) - 1
-        layers += [tuple(tail)] if end and tail else []
-        flat = [g for layer in layers for g in layer]
-        moves = fraction_moves([m.copied for _, m in flat], lay.activation_offload_fraction)
-        for k in {n: k for k, (n, _) in enumerate(flat)}.values() if end and last else ():
-            moves[k] = False
-        it = iter(moves)
-        out.append([[(m, next(it)) for _, m in g] for g in layers])
-    return out
-
-
-def chunk_copies(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: Chunks, last: bool = False, tail: Tail = ()
-) -> tuple[float, ...]:
-    """Per chunk of one rank, the bytes per micro-batch its offload groups that move copy to
-    the host and back (`_chunk_moves`, `last` and `tail` as it reads them)."""
-    moves = _chunk_moves(arch, lay, sh, chunks, last, tail)
-    return tuple(sum(m.copied for g in c for m, mv in g if mv) for c in moves)
-
-
-def reload_window(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: Chunks, last: bool = False, tail: Tail = ()
-) -> float | None:
-    """Offloaded bytes on the GPU at a rank's peak, reloaded around the backward
-    (`window_bytes`): of the rank's layers that move groups, the MTP layers' `tail` among them
-    (`last` and `tail` as `_chunk_moves` reads them), the most one layer's moving groups reload
-    at once (`Moved.reloaded`; 0 where they all stay); None where no layer moves any."""
-    layers = [g for c in _chunk_moves(arch, lay, sh, chunks, last, tail) for g in c]
-    if not layers:
-        return None
-    return window_bytes(max(sum(m.reloaded for m, mv in g if mv) for g in layers))
-
-
-def offloading_layers(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
-) -> tuple[tuple[int, ...], ...]:
-    """Per chunk of one rank, per layer kind (`ModelArch.kinds`): the layers whose offload groups
-    move (`offloaded_bytes(..., recompute=False)` each; module docstring): every layer without
-    full or per-op recompute; under full recompute those it leaves whole: a chunk's layers after
-    its first recompute_num_layers (block), none (uniform), those torchtitan's every-N-th
-    checkpointing does not wrap (both `titan_every_layers.block_ranges`, the layers the models
-    count recomputed); none under per-op recompute."""
-    zero = tuple(0 for _ in arch.kinds)
-    if not lay.offload_modules or sh.recompute == "per_op":
-        return tuple(zero for _ in chunks)
-    if sh.recompute != "full":
-        return tuple(arch.kind_counts((c,)) for c in chunks)
-    if lay.recompute_method == "uniform":
-        return tuple(zero for _ in chunks)
-    ran = block_ranges(lay, chunks)
-    return tuple(
-        tuple(
-            n - r
-            for n, r in zip(
-                arch.kind_counts((c,)),
-                arch.kind_counts(tuple(x for x in ran if x.start in c)),
-                strict=True,
-            )
-        )
-        for c in chunks
-    )
-
-
-WINDOW_LAYERS = 2
-"""Layers whose offloaded groups are on the GPU at once besides what each layer keeps: the one whose
-backward runs (reloaded) and the next, prefetched (Megatron's offload manager reloads one group
-ahead); the forward's device-to-host copies free each group as its copy completes."""
-
-
-def window_bytes(per_layer: float) -> float:
-    """Offloaded bytes on the GPU at a rank's peak: WINDOW_LAYERS layers' groups, each layer's
-    what its reload puts back at once (`Moved.reloaded`)."""
-    return WINDOW_LAYERS * per_layer
 
 
 def transfer_seconds(nbytes: float, host_link_bytes_per_s: float) -> float:

@@ -12,7 +12,7 @@ Per GPU, the busiest pipeline rank's:
   micro-batch (Transformer Engine's schedule, `cpu_offload`, keeps the others on the GPU; pp 1
   runs one micro-batch at a time);
 - fine-grained offloading: each in-flight micro-batch's groups as the first step copies them
-  (`fine_offload.chunk_copies` at fraction 1: of the layers that move them, under full recompute
+  (`offload_chunks.chunk_copies` at fraction 1: of the layers that move them, under full recompute
   only those it leaves whole, the MTP layers' after the last chunk's), the in-flight count that
   of the GPU's activations (`in_flight.schedule_peak`). Megatron-LM d98e8a64
   fine_grained_activation_offload.py: the first step is the warm-up, in which every group is
@@ -53,7 +53,6 @@ from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import fp32, pools
-from planner.model.fine_offload import chunk_copies
 from planner.model.host_checkpoint import rank_staging_bytes, stages
 from planner.model.host_pinned import (
     MASTER_BYTES,
@@ -65,6 +64,7 @@ from planner.model.host_pinned import (
 from planner.model.in_flight import schedule_peak
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import mtp_layers_kept
+from planner.model.offload_chunks import chunk_copies
 from planner.model.rank_states import state_bytes_per_param
 from planner.model.schedule import Chunks, schedule_name
 from planner.model.shard import Shard

@@ -87,6 +87,9 @@ class ModelMemo(Generic[K, V]):
         self._entries[id(model), key] = (model, value)
         return value
 
+    def clear(self) -> None:
+        self._entries.clear()
+
 
 _HASHED: dict[type, tuple[str, ...]] = {}
 """Per dataclass, the fields its generated `__hash__` reads (`kept_hash`)."""

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import astuple, dataclass, replace
+from dataclasses import dataclass, replace
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
@@ -16,9 +16,10 @@ from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import last_wrapped, wrapped
 from planner.model import activations as act
 from planner.model import cpu_offload
-from planner.model.fine_offload import Moved, fraction_moves, group_moves, offloaded_bytes
+from planner.model.fine_offload import Moved, group_moves, offloaded_bytes
 from planner.model.job_memo import ModelMemo, kept_hash
 from planner.model.mtp_precision import mtp_quantised
+from planner.model.offload_chunks import fraction_moves
 from planner.model.per_op_saved import all_to_all_bytes
 from planner.model.schedule import Chunks
 from planner.model.shard import Shard
@@ -37,7 +38,7 @@ class PerLayer:
     whole: tuple[float, ...]
     """What a layer that full recompute leaves whole keeps (block recompute's layers after a
     chunk's first N): `full` less what fine-grained offloading moves to the host from a layer
-    run without recompute (`fine_offload.offloading_layers`), every group moved; `kept`
+    run without recompute (`offload_chunks.offloading_layers`), every group moved; `kept`
     without full recompute."""
     groups: tuple[tuple[Moved, ...], ...] = ()
     """Per kind, what each offload group of a layer `kept` counts moves, in the order they open
@@ -45,7 +46,7 @@ class PerLayer:
     whole_groups: tuple[tuple[Moved, ...], ...] = ()
     """`groups` of a layer `whole` counts."""
     fraction: float = 1.0
-    """The activation offload fraction (`fine_offload.fraction_moves`)."""
+    """The activation offload fraction (`offload_chunks.fraction_moves`)."""
     names: tuple[tuple[str, ...], ...] = ()
     """Per kind, the names of a layer's offload groups, in the order they open (those of
     `whole_groups`; of `groups` where that kind's are not ())."""
@@ -105,7 +106,7 @@ def kept_back(
     first the offload margin (`margin`: the names whose last group in the chunk
     post_warmup_callback marks not to offload, :625-639, `margin_bytes`); then the activation
     offload fraction over the other groups that copy anything, the last int(n x (1 - fraction))
-    staying (:650-668, `fine_offload.fraction_moves`); then, on the chunk whose backward follows
+    staying (:650-668, `offload_chunks.fraction_moves`); then, on the chunk whose backward follows
     its own forward (`last`: the last pipeline rank's last chunk), each name's last group, about
     to be used (`should_bulk_offload`, :1217-1225)."""
     if not groups or (fraction >= 1.0 and not last and not margin):
@@ -286,7 +287,20 @@ def margin_bytes(
     longer count towards the chunk's fraction (:651-655: `kept_back`). That micro-batch is in
     flight from its forward to the rank's first backward(s), where the peak of 1F1B and of
     even interleaved chunks lies (`in_flight.schedule_peak`'s first steady step): counted on
-    top of the peak, at most this much too high where the peak is later."""
+    top of the peak, at most this much too high where the peak is later. Remembered under
+    `chunks_kept`'s key (`_MARGIN`: it reads what that reads)."""
+    key = _kept_key(layout, pers, chunks, last, tail)
+    return _MARGIN.get(arch, key, lambda: _margin_bytes(arch, layout, pers, chunks, last, tail))
+
+
+def _margin_bytes(
+    arch: ModelArch,
+    layout: Layout,
+    pers: tuple[PerLayer, ...],
+    chunks: Chunks,
+    last: bool,
+    tail: Sequence[Group],
+) -> float:
     if not pers or not any(p.names for p in pers):
         return 0.0
     rans = _rans(layout, chunks)
@@ -309,45 +323,8 @@ def margin_bytes(
     return extra
 
 
-def blended(
-    arch: ModelArch, plain: PerLayer, quantised: PerLayer, pieces: Chunks, chunk: range
-) -> PerLayer:
-    """A chunk's layer bytes where `pieces` of it run unquantised (bf16 first / last layers,
-    `bf16_layers.bf16_ranges`: their linear layers keep their inputs in the parameters' dtype,
-    `plain`) and the rest quantised (`quantised`): each kind's bytes at the share of its layers
-    in the chunk that are unquantised, so the chunk's total is exact (the recompute working sets
-    take `plain`, the larger)."""
-    counts = arch.kind_counts((chunk,))
-    inside = arch.kind_counts(tuple(p for p in pieces if chunk.start <= p.start < chunk.stop))
-
-    def mix(a: tuple[float, ...], b: tuple[float, ...]) -> tuple[float, ...]:
-        shares = (k / n if n else 0.0 for k, n in zip(inside, counts, strict=True))
-        return tuple(q + s * (w - q) for w, q, s in zip(a, b, shares, strict=True))
-
-    def mix_groups(
-        a: tuple[tuple[Moved, ...], ...], b: tuple[tuple[Moved, ...], ...]
-    ) -> tuple[tuple[Moved, ...], ...]:
-        if not a or not b:
-            return a or b
-        shares = (k / n if n else 0.0 for k, n in zip(inside, counts, strict=True))
-        return tuple(
-            tuple(
-                Moved(*(y + s * (x - y) for x, y in zip(astuple(w), astuple(q), strict=True)))
-                for w, q in zip(ws, qs, strict=True)
-            )
-            for ws, qs, s in zip(a, b, shares, strict=True)
-        )
-
-    return PerLayer(
-        mix(plain.kept, quantised.kept),
-        mix(plain.full, quantised.full),
-        mix(plain.whole, quantised.whole),
-        mix_groups(plain.groups, quantised.groups),
-        mix_groups(plain.whole_groups, quantised.whole_groups),
-        plain.fraction,
-        plain.names or quantised.names,
-    )
-
+_MARGIN: ModelMemo[tuple[object, ...], float] = ModelMemo()
+"""`margin_bytes` per model and `_kept_key`."""
 
 _KEPT: ModelMemo[tuple[object, ...], tuple[float, ...]] = ModelMemo()
 """`chunk_kept` of each chunk of a rank, per model and per what it reads besides the model: the
@@ -375,18 +352,7 @@ def chunks_kept(
     torchtitan's every-N-th recompute, the rank's wrapped layers of each), the last chunk's with
     `tail` after its groups and `last` (the last pipeline rank: its last chunk's backward follows
     its own forward), remembered (`_KEPT`)."""
-    lay = layout
-    key = (
-        pers,
-        chunks,
-        lay.recompute,
-        lay.recompute_method,
-        lay.recompute_num_layers,
-        lay.recompute_every,
-        lay.cpu_offloading_num_layers,
-        last,
-        tail,
-    )
+    lay, key = layout, _kept_key(layout, pers, chunks, last, tail)
     v = len(chunks)
 
     def compute() -> tuple[float, ...]:
@@ -396,3 +362,21 @@ def chunks_kept(
         )
 
     return _KEPT.get(arch, key, compute)
+
+
+def _kept_key(
+    lay: Layout, pers: tuple[PerLayer, ...], chunks: Chunks, last: bool, tail: Sequence[Group]
+) -> tuple[object, ...]:
+    """What `chunks_kept` and `margin_bytes` read besides the model: the layer bytes, the chunks,
+    the recompute and CPU-offloading settings, `last` and `tail`."""
+    return (
+        pers,
+        chunks,
+        lay.recompute,
+        lay.recompute_method,
+        lay.recompute_num_layers,
+        lay.recompute_every,
+        lay.cpu_offloading_num_layers,
+        last,
+        tuple(tail),
+    )

@@ -18,16 +18,15 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
 from planner.model import cp_time, dsa, t5, vision
+from planner.model.bf16_blend import blended
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
-from planner.model.fine_offload import reload_window
 from planner.model.fp32 import pipeline_message_bytes
 from planner.model.graph_buffers import chunk_copies, graph_shared_bytes, pool_holds_working
 from planner.model.in_flight import SPLIT_BACKWARD, group_size, one_period, schedule_peak
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import (
     PerLayer,
-    blended,
     chunks_kept,
     margin_bytes,
     mtp_layers_kept,
@@ -46,6 +45,7 @@ from planner.model.loss_activations import (
 from planner.model.mixer_working import mixer_working
 from planner.model.moe_working import moe_working
 from planner.model.mtp_activations import mtp_kept, mtp_loss_kept
+from planner.model.offload_chunks import reload_window
 from planner.model.pending_w import chunk_pending
 from planner.model.schedule import Chunks, layer_count, schedule_name
 from planner.model.selective_working import rebuilt_bytes

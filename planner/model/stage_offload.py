@@ -13,14 +13,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cpu_offload, shared_link
 from planner.model.ep_overlap import a2a_floor
-from planner.model.fine_offload import (
-    chunk_copies,
-    fraction_moves,
-    group_bytes,
-    moving_layers,
-    offloading_layers,
-    transfer_seconds,
-)
+from planner.model.fine_offload import group_bytes, transfer_seconds
 from planner.model.host_link import host_link_bandwidth
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import Group as Named
@@ -28,6 +21,12 @@ from planner.model.layer_kept import mtp_layers_kept
 from planner.model.layer_time import Layer
 from planner.model.megatron_order import warmup
 from planner.model.mtp_precision import mtp_quantised
+from planner.model.offload_chunks import (
+    chunk_copies,
+    fraction_moves,
+    moving_layers,
+    offloading_layers,
+)
 from planner.model.offload_groups import Chunk, Group, Item, layer_items
 from planner.model.schedule import Chunks
 from planner.model.shard import Shard
@@ -95,7 +94,7 @@ def offload_one_way(
     """Seconds per micro-batch a stage's host copies take one way over the host link (the
     forward's copies out, or the backward's back): the first k layers' (`Layer.offload`) under
     --cpu-offloading-num-layers k, under fine-grained offloading the groups that move
-    copy (`fine_offload.chunk_copies`: of the layers that move them, under full recompute those
+    copy (`offload_chunks.chunk_copies`: of the layers that move them, under full recompute those
     it leaves whole, the groups the activation offload fraction moves; on pipeline rank `rank`
     where given, the MTP layers' groups after the last chunk's and the last rank's rule,
     `_mtp_groups`, `_final`)."""
@@ -165,7 +164,7 @@ def fine_offload_exposed(job: Job, lay: Layout, rank: int, chunks: Chunks, t: La
       micro-batch outlast its compute (forward and backward windows) the link sets its pace
       instead, and the excess shows (the larger of the two).
 
-    Per chunk the layers that move (`fine_offload.offloading_layers`: block recompute's last
+    Per chunk the layers that move (`offload_chunks.offloading_layers`: block recompute's last
     ones), their groups (`fine_offload.group_bytes`) and, of those that copy anything, the first
     `Layout.activation_offload_fraction` in the order they open (the later ones stay,
     :646-664)."""
@@ -306,7 +305,7 @@ def _chunk(
 def _kept(groups: list[Group], fraction: float, last: bool) -> list[Group]:
     """A chunk's groups (in the order they open), each marked whether it moves: of those that
     copy anything all but the last int(n x (1 - fraction)) (Megatron's per-chunk fraction,
-    :650-668: `fine_offload.fraction_moves`, the rule memory and host memory read too); and,
+    :650-668: `offload_chunks.fraction_moves`, the rule memory and host memory read too); and,
     on the chunk whose backward follows its own forward (`last`), not each module's last
     group, about to be used (`should_bulk_offload`, :1217-1225)."""
     moves = fraction_moves([g.copy for g in groups], fraction)

@@ -1,5 +1,5 @@
 """Fine-grained activation offloading (Megatron --offload-modules) beside full recompute
-(planner.model.fine_offload.offloading_layers, layer_kept.PerLayer.whole, host_memory).
+(planner.model.offload_chunks.offloading_layers, layer_kept.PerLayer.whole, host_memory).
 
 Oracles: Megatron-LM d98e8a64 megatron/core/recompute.py:167-181 (block recompute checkpoints a
 chunk's first recompute_num_layers layers and runs the others as they are, `cf(*args)`; uniform
@@ -21,7 +21,7 @@ from jobs import job
 from planner.inputs import catalog
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
-from planner.model import fine_offload, host_memory, memory
+from planner.model import host_memory, memory, offload_chunks
 from planner.model.layer_kept import chunk_kept
 from planner.model.moe_activations import pairs
 from planner.model.shard import Shard
@@ -113,7 +113,9 @@ def test_offloading_layers_per_chunk() -> None:
     assert [len(c) for c in chunks] == [8, 8]
 
     def counts(lay: Layout) -> list[int]:
-        return [sum(c) for c in fine_offload.offloading_layers(j.arch, lay, shard(j, lay), chunks)]
+        return [
+            sum(c) for c in offload_chunks.offloading_layers(j.arch, lay, shard(j, lay), chunks)
+        ]
 
     assert counts(base) == [8, 8]
     block = base.with_(recompute="full", recompute_method="block", recompute_num_layers=3)

@@ -1,5 +1,5 @@
 """Fine-grained offloading's host transfers under block recompute (planner.model.stage_offload
-with fine_offload.chunk_copies).
+with offload_chunks.chunk_copies).
 
 Oracle: Megatron-LM d98e8a64 megatron/core/recompute.py:167-181 (block N checkpoints a chunk's
 first N layers, whose no_grad forward saves nothing to offload, tensor_parallel/random.py:616;

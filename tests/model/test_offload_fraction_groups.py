@@ -1,6 +1,6 @@
 """The activation offload fraction by whole groups, per chunk, in GPU memory, host memory and the
-transfer times alike (planner.model.fine_offload.fraction_moves, layer_kept.PerLayer.ordered,
-fine_offload.chunk_copies, stage_offload._kept).
+transfer times alike (planner.model.offload_chunks.fraction_moves, layer_kept.PerLayer.ordered,
+offload_chunks.chunk_copies, stage_offload._kept).
 
 Oracle: Megatron-LM d98e8a64 megatron/core/pipeline_parallel/fine_grained_activation_offload.py
 :650-668 (post_warmup_callback, per chunk handler: of the groups that copy bytes, in the order

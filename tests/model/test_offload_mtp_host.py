@@ -1,5 +1,5 @@
 """Host memory and host-link time of the MTP layers' offload groups (host_memory.activation_bytes,
-stage_offload.offload_one_way via fine_offload.chunk_copies' tail).
+stage_offload.offload_one_way via offload_chunks.chunk_copies' tail).
 
 Oracle: Megatron-LM d98e8a64 gpt_model.py:600, :711-712 (one chunk handler per model-chunk
 forward; the MTP layers open their groups in it, after the decoder layers'),

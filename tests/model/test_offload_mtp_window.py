@@ -1,5 +1,5 @@
 """The reload window (offloaded bytes back on the GPU around the backward) of a rank that holds
-the MTP layers counts their groups (planner.model.fine_offload.reload_window, read by
+the MTP layers counts their groups (planner.model.offload_chunks.reload_window, read by
 stage_activations.activation_parts).
 
 Oracle: Megatron-LM d98e8a64 gpt_model.py:600, :711-712 (the MTP layers open their offload groups
@@ -11,7 +11,7 @@ group stays on the GPU, not reloaded) and :1271-1276, :1302-1308 (a group that m
 before its backward). Bytes by hand: DeepSeek-V3 at 8192 tokens a micro-batch, t = 1, bf16:
 core_attn copies and reloads Q, K, V and the flash output, 2 x 8192 x 128 x (2 x 192 + 128) +
 2 x 8192 x 128 x 128 = 1.25 GiB (test_offload_margin.DSV3_QKV_OUT); two layers of them in the
-window (fine_offload.WINDOW_LAYERS)."""
+window (offload_chunks.WINDOW_LAYERS)."""
 
 from __future__ import annotations
 
