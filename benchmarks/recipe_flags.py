@@ -44,6 +44,7 @@ SCOPE = frozenset(
         "--use-megatron-fsdp",
         "--data-parallel-sharding-strategy",
         "--fsdp-double-buffer",
+        "--suggested-communication-unit-size",
         "--num-distributed-optimizer-instances",
         "--outer-dp-sharding-strategy",
         "--overlap-grad-reduce",
@@ -96,8 +97,6 @@ WHY: dict[str, str] = {
     "--fp8-amax-compute-algo": "see --fp8-amax-history-len",
     "--overlap-param-gather-with-optimizer-step": "no plan field (Bridge's "
     "PG-overlap-with-opt-step)",
-    "--fsdp-double-buffer": "Megatron-FSDP double buffering: no plan field (planner counts two "
-    "gathered layers)",
     "--num-distributed-optimizer-instances": "the plan's training.optimizer_instances (HSDP: "
     "states sharded over dp / instances) is counted by planner's memory model, but "
     "planner.emit.megatron emits the flag only for its own data-parallel pools (zero_stage 1)",
@@ -186,6 +185,8 @@ def recipe_flags(r: Recipe, s: Settings) -> Flags:
         f["--data-parallel-sharding-strategy"] = ("optim_grads_params",)
         if s.fsdp_double_buffer:
             f["--fsdp-double-buffer"] = ()
+        if s.fsdp_unit_size is not None:
+            f["--suggested-communication-unit-size"] = (str(s.fsdp_unit_size),)
     if s.optimizer_instances > 1:
         f["--num-distributed-optimizer-instances"] = (str(s.optimizer_instances),)
         if s.outer_optim:

@@ -41,6 +41,7 @@ class Settings:
     delay_wgrad: bool
     zero_stage: int
     fsdp_double_buffer: bool  # Megatron-FSDP's persistent double buffers (zero_stage 3 only)
+    fsdp_unit_size: int | None  # Megatron-FSDP's suggested_communication_unit_size ("unit 8e8")
     optimizer_instances: int  # Megatron-FSDP / distributed-optimizer instances (HSDP when > 1)
     outer_optim: bool  # HSDP outer sharding "optim": the optimizer states over the instances too
     optimizer: str  # "adam" | "muon" (Kimi K2's dist_muon: the layer-wise distributed optimizer)
@@ -57,6 +58,18 @@ class Settings:
     graph_modules: tuple[str, ...] | None  # CUDA graphs: the regions captured, () whole; None off
     extra: dict[str, object]  # more [training] fields: the graphs' implementation, the loss's
     notes: tuple[str, ...]
+
+
+def fsdp_fields(s: Settings) -> dict[str, object]:
+    """The plan's Megatron-FSDP buffer fields the recipe sets (`[parallel]`): Bridge's
+    ddp.fsdp_double_buffer and ddp.suggested_communication_unit_size (perf_recipes/llama/*/
+    llama3.py at 067f987d, e.g. gb200/llama3.py:223-224)."""
+    out: dict[str, object] = {}
+    if s.fsdp_double_buffer:
+        out["fsdp_double_buffer"] = True
+    if s.fsdp_unit_size is not None:
+        out["suggested_communication_unit_size"] = s.fsdp_unit_size
+    return out
 
 
 def _graph_modules(cell: str) -> tuple[str, ...] | None:
@@ -167,7 +180,6 @@ def read(r: Recipe) -> Settings:
         unfielded = [
             text
             for cue, text in (
-                ("unit 8e8", "unit size 8e8"),
                 ("no grad-accum fusion", "no gradient-accumulation fusion"),
                 ("nccl_ub", "NCCL user-buffer registration"),
                 ("average_in_collective off", "average_in_collective off"),
@@ -236,6 +248,7 @@ def read(r: Recipe) -> Settings:
         delay_wgrad=delay,
         zero_stage=zero,
         fsdp_double_buffer=zero == 3 and "double-buffer" in opt,
+        fsdp_unit_size=800_000_000 if zero == 3 and "unit 8e8" in opt else None,
         optimizer_instances=instances,
         outer_optim="outer_dp_sharding_strategy optim" in opt,
         optimizer="muon" if muon else "adam",

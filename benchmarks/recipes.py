@@ -69,7 +69,7 @@ from benchmarks.recipe_flags import (
     recipe_connections,
     recipe_flags,
 )
-from benchmarks.recipe_settings import Settings, read
+from benchmarks.recipe_settings import Settings, fsdp_fields, read
 from planner.emit.common import environment
 from planner.inputs import catalog, hybrid, pipeline_layout
 from planner.inputs.errors import InputError
@@ -159,7 +159,7 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
             parallel["account_for_loss_in_pipeline_split"] = True
     parallel["sequence_parallel"] = r.sp
     parallel["micro_batch_size"] = r.mbs
-    parallel["zero_stage"] = s.zero_stage
+    parallel.update(zero_stage=s.zero_stage, **fsdp_fields(s))  # double buffer, unit size
     parallel["recompute"] = s.recompute
     if s.recompute == "selective":
         parallel["recompute_modules"] = list(s.recompute_modules)

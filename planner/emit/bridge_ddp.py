@@ -56,6 +56,19 @@ def _instances(plan: Plan) -> dict[str, Any]:
     }
 
 
+def _fsdp_buffers(lay: Layout) -> dict[str, Any]:
+    """Megatron-FSDP's buffer settings (`Layout.fsdp_double_buffer`, written either way, and
+    `Layout.suggested_communication_unit_size` where set); never the manual registration, which
+    needs the NCCL user buffers the plan has none of."""
+    table: dict[str, Any] = {
+        "fsdp_double_buffer": lay.fsdp_double_buffer,
+        "fsdp_manual_registration": False,
+    }
+    if lay.suggested_communication_unit_size is not None:
+        table["suggested_communication_unit_size"] = lay.suggested_communication_unit_size
+    return table
+
+
 def ddp_table(plan: Plan) -> dict[str, Any]:
     """The `ddp` table (Megatron-Core's DistributedDataParallelConfig). ZeRO: 0 DDP, 1 the
     distributed optimizer, 2 / 3 Megatron-FSDP (use_megatron_fsdp,
@@ -68,10 +81,10 @@ def ddp_table(plan: Plan) -> dict[str, Any]:
         "overlap_param_gather": lay.gathers_overlapped,
         **_buckets(plan),
         "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
-        # NCCL user buffers (and Megatron-FSDP's persistent double buffers they need), which
-        # the plan has none of; Bridge's validation asserts manual registration without them
+        # NCCL user buffers, which the plan has none of (Megatron-FSDP's double buffer they need
+        # is the plan's own); Bridge's validation asserts manual registration without them
         "nccl_ub": False,
-        **({"fsdp_double_buffer": False, "fsdp_manual_registration": False} if fsdp else {}),
+        **(_fsdp_buffers(lay) if fsdp else {}),
         "use_megatron_fsdp": fsdp,
         "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage] if fsdp else "no_shard",
         **_instances(plan),

@@ -149,6 +149,12 @@ def parallel_args(plan: Plan) -> list[Arg]:
             # Megatron-FSDP's gradients default to the parameters' dtype (bf16), whatever
             # --accumulate-allreduce-grads-in-fp32 says; the plan's fp32 gradients, said
             a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
+        if lay.fsdp_double_buffer:
+            a.append(("--fsdp-double-buffer",))
+        if lay.suggested_communication_unit_size is not None:
+            a.append(
+                ("--suggested-communication-unit-size", str(lay.suggested_communication_unit_size))
+            )
     if (instances := optimizer_instances(plan)) > 1:
         a.append(("--num-distributed-optimizer-instances", str(instances)))
         if plan.job.outer_dp_sharding_strategy == "optim":

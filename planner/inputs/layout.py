@@ -186,6 +186,16 @@ class Layout:
     """Data-parallel buckets per model chunk (Megatron --ddp-num-buckets; NeMo's
     ddp.num_buckets): each bucket holds the chunk's parameters // this many (Megatron
     training.py resolve_ddp_bucket_size). Megatron rejects it together with ddp_bucket_size."""
+    fsdp_double_buffer: bool = False
+    """Megatron-FSDP (ZeRO 2, 3) takes its units' unsharded buffers from a fixed pool of two for
+    the parameters and two for the gradients (Megatron --fsdp-double-buffer, implied by
+    --use-nccl-ub and --megatron-fsdp-max-pool-double-buffer, arguments.py:1172-1181 at
+    d98e8a64; Bridge ddp.fsdp_double_buffer): `planner.model.megatron_fsdp`."""
+    suggested_communication_unit_size: int | None = None
+    """Megatron-FSDP's communication unit in elements (Megatron
+    --suggested-communication-unit-size; Bridge ddp.suggested_communication_unit_size): the
+    gradient queue's capacity, half of it the all-gather prefetch. None: Megatron-FSDP's own
+    (`planner.model.megatron_fsdp.unit_size`)."""
     dp_pools: int = 1
     """With pools: how many pools the data-parallel replicas are split over. 1 = the pipeline
     crosses pools (each pool holds whole stages); the pools' count = each pool holds dp / dp_pools

@@ -17,6 +17,7 @@ from typing import Any
 from planner.inputs import megatron_hybrid
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY
+from planner.inputs.megatron_fsdp_flags import fsdp_fields
 from planner.inputs.megatron_line import Line
 from planner.inputs.megatron_tp_overlap import tp_comm_overlap
 
@@ -110,6 +111,7 @@ def parallel(
         if value is not None:
             out[key] = value
     out.update(_deferral(line))
+    out.update(fsdp_fields(line))  # double buffer, unit size
     if line.has("--use-tp-pp-dp-mapping"):  # rank order tp-cp-ep-pp-dp (initialize.py:395)
         out["use_tp_pp_dp_mapping"] = True
     fine = line.words("--offload-modules")

@@ -177,6 +177,10 @@ READ = frozenset(
         "--use-torch-fsdp2",
         "--data-parallel-sharding-strategy",
         "--megatron-fsdp-main-grads-dtype",
+        "--fsdp-double-buffer",
+        "--megatron-fsdp-max-pool-double-buffer",
+        "--suggested-communication-unit-size",
+        "--use-nccl-ub",  # as --fsdp-double-buffer (megatron_fsdp_flags); its timing: unread
         "--overlap-grad-reduce",
         "--overlap-param-gather",
         "--ddp-bucket-size",

@@ -96,7 +96,7 @@ def _fsdp2(line: Line) -> Problem:
     forward, which keeps every layer's gathered weights from its forward to its backward
     (training.py:2626-2629 -> torch_fully_sharded_data_parallel.py:82-85 `reshard_after_forward`;
     args:3218 "enables FSDP ZeRO-2"): planner models Megatron's FSDP2 as ZeRO 3 with two layers
-    gathered at a time (planner.model.buffers.transient_bytes), and its ZeRO 2 would leave out
+    gathered at a time (planner.model.megatron_fsdp), and its ZeRO 2 would leave out
     the weight shards FSDP2 keeps beside the gathered copy, so either reading is a too-low peak:
     refused. Without --use-torch-fsdp2 the flag is read by nothing (get_megatron_ddp_config)."""
     if not line.has("--use-torch-fsdp2"):

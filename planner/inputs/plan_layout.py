@@ -174,6 +174,8 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         overlap_param_gather=section.overlap_param_gather,
         ddp_bucket_size=section.ddp_bucket_size,
         ddp_num_buckets=section.ddp_num_buckets,
+        fsdp_double_buffer=section.fsdp_double_buffer,
+        suggested_communication_unit_size=section.suggested_communication_unit_size,
         defer_embedding_wgrad_compute=section.defer_embedding_wgrad_compute,
         wgrad_deferral_limit=section.wgrad_deferral_limit,
         dp_pools=section.dp_pools,
@@ -182,6 +184,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
     )
     _rank_order(job, layout, where)
     _p2p_overlap(job, section, where)
+    _double_buffer(layout, where)
     return _torchtitan_recompute(job, section, layout, where)
 
 
@@ -235,6 +238,18 @@ def _rank_order(job: Job, layout: Layout, where: str) -> None:
         )
     if job.pools:
         raise InputError(f"{field}: not with [[cluster.pools]] (pools hold whole pipeline stages)")
+
+
+def _double_buffer(layout: Layout, where: str) -> None:
+    """Megatron-FSDP's double buffer where it runs: not beside the EP overlap (Megatron-LM
+    d98e8a64 mcore_fsdp_adapter.py:177-181 asserts "1F1B overlap with FSDP does not support
+    double buffer")."""
+    if layout.fsdp_double_buffer and layout.ep_comm_overlap and layout.zero_stage >= 2:
+        raise InputError(
+            f"{where}: parallel.fsdp_double_buffer: true with ep_comm_overlap = true: "
+            "Megatron-FSDP asserts '1F1B overlap with FSDP does not support double buffer' "
+            "(mcore_fsdp_adapter.py:177-181 d98e8a64)"
+        )
 
 
 def _p2p_overlap(job: Job, section: ParallelSection, where: str) -> None:

@@ -138,3 +138,15 @@ class ParallelSection(BaseModel):
         description="data-parallel buckets per model chunk (Megatron --ddp-num-buckets: each "
         "holds the chunk's parameters // this many); not with ddp_bucket_size",
     )
+    fsdp_double_buffer: Flag = Field(
+        default=False,
+        description="Megatron --fsdp-double-buffer (implied by --use-nccl-ub and "
+        "--megatron-fsdp-max-pool-double-buffer): Megatron-FSDP's unit buffers from a fixed pool "
+        "of two; zero_stage 2 / 3 only",
+    )
+    suggested_communication_unit_size: PositiveInt | None = Field(
+        default=None,
+        description="Megatron --suggested-communication-unit-size: Megatron-FSDP's gradient "
+        "queue capacity in elements (half of it the all-gather prefetch); unset: Megatron-FSDP's "
+        "own (at least 1e9)",
+    )

@@ -228,6 +228,10 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["moe_shared_expert_overlap"] = True
     if layout.use_tp_pp_dp_mapping:
         out["use_tp_pp_dp_mapping"] = True
+    if layout.fsdp_double_buffer:
+        out["fsdp_double_buffer"] = True
+    if layout.suggested_communication_unit_size is not None:
+        out["suggested_communication_unit_size"] = layout.suggested_communication_unit_size
     if layout.defer_embedding_wgrad_compute:
         out["defer_embedding_wgrad_compute"] = True
         if layout.wgrad_deferral_limit:

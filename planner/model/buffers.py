@@ -37,11 +37,8 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model import comms, params, rl_inference
-from planner.model.dp_sync import DP_BUCKET_PARAMS, explicit_bucket
+from planner.model import comms, rl_inference
 from planner.model.fp32 import value_bytes, weight_bytes
-from planner.model.schedule import Chunks
-from planner.model.stage_params import decoder_params
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
 """CUDA context plus cuBLAS/cuDNN handles and kernels loaded on one GPU, outside PyTorch's
@@ -320,54 +317,3 @@ def dataloader_mask_bytes(job: Job, layout: Layout, rank: int) -> float:
     if rank not in (0, layout.output_rank):
         return 0.0
     return layout.micro_batch_size * job.seq_length**2 / layout.cp
-
-
-def fsdp_units(
-    job: Job, layout: Layout, chunks: Chunks, dense: float, expert: float
-) -> tuple[float, float]:
-    """(the largest, the next largest beside it) Megatron-FSDP group of parameters one GPU of a
-    rank (its decoder layers `chunks`, `dense` + `expert` parameters in all) fetches whole at a
-    time. Every decoder layer is an FSDP unit (Megatron-LM d98e8a64 mcore_fsdp_adapter.py:163-171:
-    TransformerLayer, MoETransformerLayer, MambaLayer), one group whatever the bucket size (the
-    size splits only parameters outside units, param_and_grad_buffer.py:1858-1866); the others
-    (embedding, output layer, final norm) pack into buckets closed once they reach the suggested
-    size (`dp_sync.explicit_bucket`, else DP_BUCKET_PARAMS), so the word embedding's or the
-    output layer's one tensor is a group of its own. Without `Layout.overlap_grad_reduce` there
-    is no suggested size: Megatron-LM resolves the bucket size to None then (training.py:
-    2192-2193, whatever --ddp-bucket-size says), before Megatron-FSDP forces the overlap on
-    (megatron_fsdp.py:330-333), and a None size closes no bucket (param_and_grad_buffer.py:
-    1860-1864), so the parameters outside units are one group. The largest is the rank's
-    largest decoder layer or that edge group; beside it the backward holds a decoder layer (the
-    next unit's gather or the previous one's reduce-scatter)."""
-    counts = job.arch.kind_counts(chunks)
-    table, whole = params.kind_table(job.arch), params.replicated_table(job.arch)
-    split = layout.ep * layout.expert_tp
-    layers = [
-        (d - w) / layout.tp + w + e / split
-        for n, (d, e), w in zip(counts, table, whole, strict=True)
-        if n
-    ]
-    layer = max(layers, default=0.0)
-    outside = max(dense + expert - sum(decoder_params(job, layout, chunks)), 0.0)
-    if not layout.overlap_grad_reduce:
-        return max(layer, outside), layer
-    size = explicit_bucket(layout, dense + expert, sum(counts)) or DP_BUCKET_PARAMS
-    words = job.arch.padded_vocab(layout.tp) * job.arch.hidden_size / layout.tp
-    return max(layer, min(outside, max(size, words))), layer
-
-
-def transient_bytes(job: Job, layout: Layout, units: tuple[float, float]) -> float:
-    """Gradient and parameter buffers alive part of the step, counted at the peak, from the
-    rank's `fsdp_units` (its largest Megatron-FSDP group and the decoder layer beside it).
-    ZeRO 2 (Megatron-FSDP optim_grads): the backward fetches each unit's gradient bucket whole
-    (param_and_grad_buffer.py d98e8a64 :1305, :3107-3111) and frees it once its reduce-scatter
-    is done, so the unit being back-propagated and the one being reduce-scattered hold theirs
-    (the double buffer's pool of two, :2526, :2553), in the gradient dtype. ZeRO 3
-    (optim_grads_params): besides those, the two units' gathered parameters (bf16; fp32 in fp32
-    training; docs/user-guide/features/megatron_fsdp.md: at most two units unsharded at a
-    time)."""
-    if layout.zero_stage < 2:
-        return 0.0
-    live = units[0] + units[1]
-    per_param = job.grad_bytes + (weight_bytes(job) if layout.zero_stage == 3 else 0.0)
-    return live * per_param

@@ -48,6 +48,8 @@ SHARD_UNREAD = frozenset(
         "defer_embedding_wgrad_compute",
         "wgrad_deferral_limit",
         "ddp_num_buckets",
+        "fsdp_double_buffer",
+        "suggested_communication_unit_size",
         "dp_pools",
         "use_tp_pp_dp_mapping",
         "v_stages",

@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import adam_step, buffers, fsdp2, muon_layout, muon_step, optimizer_offload
+from planner.model import (
+    adam_step,
+    buffers,
+    fsdp2,
+    megatron_fsdp,
+    muon_layout,
+    muon_step,
+    optimizer_offload,
+)
 from planner.model.fp32 import adam_bytes, weight_bytes
 from planner.model.job_memo import JobMemo
 from planner.model.optimizer_states import muon_optimizer_bytes
@@ -48,15 +56,18 @@ of dozens of memory savers on each layout, all with the same states."""
 
 
 def rank_state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
-    """(weights, grads, optimizer, FP8 weight caches, transient buffers) bytes on one GPU of
-    pipeline rank `rank`: all but the activations and fixed costs, so the same at every
-    micro-batch size, recompute policy, offloading, dispatcher and TP overlap."""
+    """(weights, grads, optimizer, FP8 weight caches and Megatron-FSDP's parameters kept
+    gathered, transient buffers) bytes on one GPU of pipeline rank `rank`: all but the
+    activations and fixed costs, so the same at every micro-batch size, recompute policy,
+    offloading, dispatcher and TP overlap."""
     memo = _STATES.of(job)
     lay = layout
     # under Muon, with the buffers' bucketing (muon_layout)
     buckets = (lay.overlap_grad_reduce, lay.ddp_bucket_size, lay.ddp_num_buckets)
     key: tuple[object, ...] = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage)
+    fsdp = (lay.fsdp_double_buffer, lay.suggested_communication_unit_size, *buckets)
     key += (lay.split_key(), rank, *(buckets if job.optimizer == "muon" else ()))
+    key += fsdp if lay.zero_stage >= 2 else ()  # Megatron-FSDP's buffers (megatron_fsdp)
     if key not in memo:
         memo[key] = _state_of(job, layout, rank, chunks)
     return memo[key]
@@ -91,10 +102,9 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     cache = cache8 * (fp8_dense + fp8_expert)
     if rank == layout.output_rank:
         cache += buffers.output_proj_cache_bytes(job, layout)
-    transient = 0.0
-    if layout.zero_stage >= 2:  # Megatron-FSDP's unit buffers
-        units = buffers.fsdp_units(job, layout, chunks, dense, expert)
-        transient = buffers.transient_bytes(job, layout, units)
+    # Megatron-FSDP's unit buffers, and at ZeRO 3 the parameters outside units kept gathered
+    transient, gathered = megatron_fsdp.transient_and_resident(job, layout, rank, chunks)
+    cache += gathered
     optimizer = dense * o_d + expert * o_e
     if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only
         return (weights, 0.0, 0.0, cache, transient)

@@ -192,6 +192,8 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("overlap_param_gather", "overlap-param-gather"),
     ("ddp_bucket_size", "ddp-bucket-size"),
     ("ddp_num_buckets", "ddp-num-buckets"),
+    ("fsdp_double_buffer", "fsdp-double-buffer"),
+    ("suggested_communication_unit_size", "fsdp-unit-size"),
     ("defer_embedding_wgrad_compute", "defer-embedding-wgrad"),
     ("wgrad_deferral_limit", "wgrad-deferral-limit"),
     ("use_tp_pp_dp_mapping", "tp-pp-dp order"),

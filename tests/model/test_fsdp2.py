@@ -62,7 +62,8 @@ def test_never_keeps_parameters_gathered_even_without_pipeline(tmp_path: Path) -
 def test_pipelining_costs_more_than_megatron_zero3_said(tmp_path: Path) -> None:
     # the same layout as Megatron-FSDP (per-micro-batch re-gathering) keeps far smaller model
     # states: the difference is the gathered bf16 parameters and fp32 gradients (6 bytes a
-    # parameter; Megatron-FSDP's own unsharded buffers are transient, `buffers.transient_bytes`)
+    # parameter; Megatron-FSDP's own unsharded buffers are transient,
+    # `megatron_fsdp.transient_and_resident`)
     job, lay = _plan(tmp_path, "[parallel]\npp = 2\nzero_stage = 3\n")
     from dataclasses import replace
 

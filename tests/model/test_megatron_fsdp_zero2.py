@@ -10,7 +10,8 @@ Oracles (NVIDIA/Megatron-LM d98e8a64, megatron/core/distributed/fsdp/):
   optim_grads_params set overlap_grad_reduce, whatever the command line says;
 - mcore_fsdp_adapter.py:163-171: every TransformerLayer is an FSDP unit; src/megatron_fsdp/
   param_and_grad_buffer.py:1858-1866: the bucket size splits only parameters outside units;
-  :3107-3111 the backward fetches a unit's gradient bucket whole.
+  :3107-3111 the backward fetches a unit's gradient bucket whole; the queue and the prefetch
+  window as tests/model/test_megatron_fsdp_buffers.py cites them.
 The expected seconds are hand arithmetic on planner.model.comms' collectives (tested against
 nccl-tests' bus-bandwidth factors in tests/model/test_comms.py), the bytes hand arithmetic on
 the models' shapes.
@@ -23,8 +24,7 @@ from jobs import h100_cluster
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Plan, parse_plan
-from planner.model import buffers, comms, dp_sync
-from planner.model.stage_params import stage_params
+from planner.model import comms, dp_sync, megatron_fsdp
 
 # 32 units of 1e8 parameters over 8 H100 (one node), bf16 gradients and weights
 U, N, M = 32, 32 * 1e8, 16
@@ -89,33 +89,43 @@ def _plan(zero: int, tp: int, pp: int) -> tuple[Plan, Layout]:
 # Llama 3.1 70B at tp 8: a decoder layer's 2 x 8,192^2 (q, o) + 2 x 8,192 x 1,024 (k, v)
 # + 3 x 8,192 x 28,672 (gate, up, down) = 855,638,016 split 8 ways, and its two norms
 # (2 x 8,192, whole on every TP rank): 106,971,136; the output layer's 128,256 rows padded to
-# a multiple of 128 x 8 (129,024) x 8,192 / 8 = 132,120,576.
+# a multiple of 128 x 8 (129,024) x 8,192 / 8 = 132,120,576, with the final norm's 8,192.
+# Buckets are padded to multiples of the data-parallel ranks x h (param_and_grad_buffer.py:
+# 285-288, `megatron_fsdp.padded`): at dp 2, 16,384 (a layer is 6,529 of them; the output side
+# 8,065); at dp 8 (pp 1), 65,536 (a layer 1,633; the output side 2,017; the embedding 2,016).
 LAYER, OUTPUT = 106_971_136, 132_120_576
+TAIL = OUTPUT + 8_192
+TAIL_PAD2, LAYER_PAD8, TAIL_PAD8 = 8_065 * 16_384, 1_633 * 65_536, 2_017 * 65_536
 
 
 @pytest.mark.parametrize("zero", [2, 3])
 def test_unit_buffers_at_the_peak(zero: int) -> None:
-    """The last pipeline rank's largest group is its output layer (one tensor, over the 40M
-    suggested bucket), beside a decoder layer; a middle rank's two decoder layers. Gradients in
-    the job's gradient dtype (4 B here), ZeRO 3 adds the gathered bf16 weights (2 B). (Before:
-    ZeRO 2 a 40M-parameter bucket; ZeRO 3 two layers' average, which folds the output layer
-    in, plus that bucket.)"""
+    """By hand (megatron_fsdp.py:420-444; param_and_grad_buffer.py:3935-3948, :4487-4510):
+    20 layers a rank, C = max(1e9, 2 x LAYER) = 1e9 at ZeRO 3 and max(1e9, 40M) at ZeRO 2,
+    P = 5e8: 4 LAYER < P <= 5 LAYER, so a unit with five below holds 6 LAYER gathered (bf16,
+    2 B; ZeRO 3 only). Queue (fp32 gradients, 4 B): a middle rank's 10 queued (9 LAYER <= C <
+    10 LAYER) and its own, 11 LAYER from the eleventh unit, which has 9 below (6 gathered).
+    The last rank's output-layer bucket TAIL goes first: TAIL + k LAYER queued until
+    TAIL + 9 LAYER > C pops it, so its tenth unit holds TAIL + 10 LAYER (more than 11 LAYER),
+    6 gathered. (Before: two decoder layers, or the output layer and one, at 4 + 2 B.)"""
     plan, lay = _plan(zero, 8, 4)
     job = plan.job
-    per = job.grad_bytes + (2.0 if zero == 3 else 0.0)
+    gathered = 6 * LAYER * 2.0 if zero == 3 else 0.0
     assert job.grad_bytes == 4.0
-    for rank, live in ((3, OUTPUT + LAYER), (1, 2 * LAYER)):
+    assert LAYER == 6_529 * 16_384
+    for rank, queued in ((3, TAIL_PAD2 + 10 * LAYER), (1, 11 * LAYER)):
         chunks = lay.chunk_layers(job.arch.num_layers)[rank]
-        dense, expert = stage_params(job, lay, rank, chunks)
-        units = buffers.fsdp_units(job, lay, chunks, dense, expert)
-        assert units == ((OUTPUT, LAYER) if rank == 3 else (LAYER, LAYER))
-        assert buffers.transient_bytes(job, lay, units) == pytest.approx(live * per)
+        transient, kept = megatron_fsdp.transient_and_resident(job, lay, rank, chunks)
+        assert transient == pytest.approx(queued * 4.0 + gathered)
+        # ZeRO 3 keeps the output layer and final norm gathered all step (2 B)
+        assert kept == pytest.approx(TAIL * 2.0 if zero == 3 and rank == 3 else 0.0)
 
 
 def test_zero1_has_no_unit_buffers() -> None:
     """Megatron's distributed optimizer (ZeRO 1) keeps whole gradient buffers, no transient."""
     plan, lay = _plan(1, 8, 4)
-    assert buffers.transient_bytes(plan.job, lay, (OUTPUT, LAYER)) == 0.0
+    chunks = lay.chunk_layers(plan.job.arch.num_layers)[3]
+    assert megatron_fsdp.transient_and_resident(plan.job, lay, 3, chunks) == (0.0, 0.0)
 
 
 # Llama 3.1 70B at tp 8, pp 1: the parameters outside units are the word embedding and the
@@ -129,15 +139,19 @@ def test_no_bucket_size_without_grad_reduce_overlap(zero: int) -> None:
     """Without --overlap-grad-reduce Megatron-LM resolves the bucket size to None (d98e8a64
     training.py:2192-2193), before Megatron-FSDP forces the overlap on (megatron_fsdp.py:
     330-333); a None size closes no bucket (param_and_grad_buffer.py:1860-1864), so the
-    embedding, the output layer and the final norm are one group, whatever --ddp-bucket-size
-    (which the emitter drops there) says. With the overlap: the output layer's one tensor (over
-    the 40M default, and the explicit 50M). (Before: OUTPUT either way.)"""
+    embedding, the output layer and the final norm are one bucket, allocated at the output
+    layer's gradient and reduced after the embedding's: EDGES alive beside the queue's 11 LAYER
+    (80 units, as `test_unit_buffers_at_the_peak`'s middle rank). With the overlap: the output
+    side's bucket first (TAIL + 10 LAYER, as the last rank there), the embedding's last."""
     plan, lay = _plan(zero, 8, 1)
     job = plan.job
     chunks = lay.chunk_layers(job.arch.num_layers)[0]
-    dense, expert = stage_params(job, lay, 0, chunks)
+    gathered = 6 * LAYER_PAD8 * 2.0 if zero == 3 else 0.0
     for size in (None, 50_000_000):
         on = lay.with_(overlap_grad_reduce=True, ddp_bucket_size=size)
         off = lay.with_(overlap_grad_reduce=False, ddp_bucket_size=size)
-        assert buffers.fsdp_units(job, on, chunks, dense, expert) == (OUTPUT, LAYER)
-        assert buffers.fsdp_units(job, off, chunks, dense, expert) == (EDGES, LAYER)
+        got_on = megatron_fsdp.transient_and_resident(job, on, 0, chunks)[0]
+        got_off = megatron_fsdp.transient_and_resident(job, off, 0, chunks)[0]
+        assert got_on == pytest.approx((TAIL_PAD8 + 10 * LAYER_PAD8) * 4.0 + gathered)
+        held = OUTPUT + TAIL_PAD8  # the embedding (2,016 x 65,536) and the output side, padded
+        assert got_off == pytest.approx((held + 11 * LAYER_PAD8) * 4.0 + gathered)

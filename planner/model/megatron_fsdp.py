@@ -1,0 +1,229 @@
+"""Megatron-FSDP's unsharded buffers on one GPU of a pipeline rank (ZeRO 2 optim_grads, ZeRO 3
+optim_grads_params), as Megatron-LM d98e8a64 runs them; paths under megatron/core/distributed/
+fsdp/src/megatron_fsdp/ (pgb: param_and_grad_buffer.py).
+
+- Units: every decoder layer (the MTP layers' inner layers too) is an FSDP unit
+  (mcore_fsdp_adapter.py:163-171), its dense parameters one bucket group and, in an MoE layer,
+  its experts' a second with the next ids (pgb:1789-1825, grouped per unit and expert flag
+  :1928-1958). Each model chunk is its own Megatron-FSDP instance (its own queue and window).
+- The unit size C (megatron_fsdp.py:420-444): --suggested-communication-unit-size where set;
+  else at ZeRO 3 twice the chunk's average unit (floor), at ZeRO 2 the DDP bucket size, each at
+  least `UNIT_FLOOR`. The gradient queue's capacity is C, the all-gather prefetch P = C // 2.
+- Gradients: a unit's unsharded gradient bucket is allocated when first written (pgb:3094-3117),
+  in the gradient dtype (pgb:2313-2322, `Job.grad_bytes`), and freed only when popped from the
+  reduce-scatter queue (pgb:4230-4250): before a group is dispatched the queue pops its oldest
+  entries while their sum exceeds C (pgb:3935-3948), then takes the group (:4254); the experts'
+  group is ready first in a layer's backward. The queue empties at the chunk's post-backward
+  (megatron_fsdp.py:901, pgb:3860). Outside units the embedding, final norm, MTP projections
+  and output layer share one parameter group split by the DDP bucket size (pgb:1855-1866;
+  none without --overlap-grad-reduce, as Megatron-LM resolves it then, training.py:2192-2193):
+  the output side's bucket is reduced first in the backward, the embedding's last, and one
+  shared bucket is held from the first gradient to the last.
+- Parameters (ZeRO 3): a unit's gather adds the next bucket groups (forward order in the
+  forward, backward order in the backward) while the prefetched sum is below P (pgb:4487-4510);
+  the unit just run was released (megatron_fsdp.py:998 after its forward, :699-700 after its
+  backward). Parameters outside units stay gathered all step (no release hook,
+  megatron_fsdp.py:1093-1113; the root pre-backward marks only units releasable, :969-974;
+  reset keeps them, pgb:4339-4386): `transient_and_resident`'s resident bytes (the rank's FP8
+  cache slot in `rank_states`, counted at the step as well). Bucket sizes: `padded`.
+- Double buffering (`Layout.fsdp_double_buffer`): a fixed pool of two units' buffers for the
+  parameters and two for the gradients (pgb:2524-2576), kept once allocated; the queue keeps
+  at most two units with the incoming one (pgb:3956-3978) and the prefetch stops at two
+  (pgb:4420-4432, :4475-4485). The buffers outside units use the backup allocator. The units
+  are taken as one symmetric set of the largest unit's size (the pool's, the safe side), and
+  beside the pool one bucket outside units (the output side's or the embedding's; `held`).
+
+Coupling with the activations: `memory.stage_memory` adds the largest of these transient bytes
+over the step to the activations' peak, a bound never below the exact max over the backward's
+steps of (activations held + gathered + queued). It is above it by at most what one
+micro-batch's backward frees before the queue fills (floor(C / u) + 1 layers' kept activations
+for units of u elements): the activations peak as the backward starts, the queue fills over
+its first layers."""
+
+from __future__ import annotations
+
+from planner.inputs.hybrid import LayerKind
+from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
+from planner.model import params
+from planner.model.dp_sync import default_bucket
+from planner.model.fp32 import weight_bytes
+from planner.model.schedule import Chunks
+from planner.model.stage_params import edge_params
+
+UNIT_FLOOR = 1_000_000_000
+"""Megatron-FSDP's smallest default unit size in elements (megatron_fsdp.py:438-441, "Cap to 1B
+elements", a max); a unit size given on the command line is taken as it is."""
+
+Unit = tuple[float, float]
+"""(dense, expert) elements of one FSDP unit on one GPU."""
+
+
+def chunk_units(job: Job, layout: Layout, rank: int, chunks: Chunks) -> list[list[Unit]]:
+    """Each model chunk's units on one GPU of rank `rank`, in forward order: its decoder layers
+    (TP-split but for what every TP rank holds whole, the experts over ep x etp), and on the MTP
+    rank's last chunk each MTP depth's inner layers."""
+    arch = job.arch
+    split = layout.ep * layout.expert_tp
+
+    def unit(kind: LayerKind) -> Unit:
+        d, e = params.kind_params(arch, kind)
+        w = params.replicated_params(arch, kind)
+        return (d - w) / layout.tp + w, e / split
+
+    out = [[unit(arch.layer_kinds[i]) for i in chunk] for chunk in chunks]
+    if rank == layout.mtp_rank(arch.num_layers, arch.mtp_num_layers) and out:
+        depths = 1 if arch.mtp_use_repeated_layer else arch.mtp_num_layers
+        out[-1] += [unit(k) for _ in range(depths) for k in arch.mtp_kinds]
+    return out
+
+
+def padded(size: float, group: int, hidden: int) -> float:
+    """A bucket of `size` elements as Megatron-FSDP allocates it: padded to a multiple of the
+    sharding group's ranks x its chunk-size factor (pgb:254-256, :285-288, :368-373). The factor
+    is a common multiple of its weights' inner dimensions (pgb:1876-1919), the hidden size among
+    them, so padding to `group` x `hidden` is at most the real padding: what a bucket a little
+    over its raw count does to the queue (raw sizes tie C = 2 x the average unit exactly)."""
+    granule = max(group, 1) * hidden
+    return -(-size // granule) * granule if size else 0.0
+
+
+def unit_size(job: Job, layout: Layout, units: list[Unit], chunk_params: float) -> float:
+    """C, in elements, of a model chunk with `units` (`chunk_params` parameters in all)."""
+    if layout.suggested_communication_unit_size is not None:
+        return float(layout.suggested_communication_unit_size)
+    if layout.zero_stage == 3:
+        size = 2 * (sum(d + e for d, e in units) // max(len(units), 1))
+    else:
+        size = bucket_size(layout, chunk_params) or UNIT_FLOOR
+    return float(max(UNIT_FLOOR, size))
+
+
+def bucket_size(layout: Layout, chunk_params: float) -> float | None:
+    """Megatron-FSDP's bucket size (DistributedDataParallelConfig.bucket_size) for a model chunk
+    of `chunk_params` parameters: --ddp-bucket-size, the chunk // --ddp-num-buckets, else
+    Megatron-LM's default (`dp_sync.default_bucket`, over the dense data-parallel ranks); None
+    without --overlap-grad-reduce (training.py:2192-2193)."""
+    if not layout.overlap_grad_reduce:
+        return None
+    if layout.ddp_bucket_size is not None:
+        return float(layout.ddp_bucket_size)
+    if layout.ddp_num_buckets is not None:
+        return float(chunk_params // layout.ddp_num_buckets)
+    return float(default_bucket(layout.dense_dp))
+
+
+def window(groups: list[float], prefetch: float) -> float:
+    """Elements of the bucket groups a gather adds after its unit: the next ones while their sum
+    is below `prefetch` (pgb:4487-4510)."""
+    held = 0.0
+    for g in groups:
+        if held >= prefetch:
+            break
+        held += g
+    return held
+
+
+def gathered(units: list[Unit], prefetch: float) -> tuple[float, list[float]]:
+    """Unit parameters (elements) gathered without double buffering: the most at once in a
+    forward (each unit with the next groups' window, dense before expert), and at each unit's
+    backward (its window the groups below it, expert before dense), by unit."""
+    fwd = [g for d, e in units for g in (d, e) if g]
+    bwd = [g for d, e in reversed(units) for g in (e, d) if g]
+    most, done = 0.0, 0
+    for d, e in units:
+        done += (d > 0) + (e > 0)
+        most = max(most, d + e + window(fwd[done:], prefetch))
+    back, done = [0.0] * len(units), 0
+    for i in range(len(units) - 1, -1, -1):
+        d, e = units[i]
+        done += (d > 0) + (e > 0)
+        back[i] = d + e + window(bwd[done:], prefetch)
+    return most, back
+
+
+Step = tuple[int | None, tuple[float, ...]]
+"""One backward step: its unit's index (None: buckets outside units) and its groups' elements
+in the order they are dispatched."""
+
+
+def queue_alive(steps: list[Step], capacity: float) -> list[float]:
+    """Gradient elements alive at each step of a backward without double buffering: the queue
+    and the step's own buckets (allocated when first written); then each of the step's groups is
+    dispatched after the queue pops its oldest entries while their sum exceeds `capacity`."""
+    queue: list[float] = []
+    alive = []
+    for _, groups in steps:
+        alive.append(sum(queue) + sum(groups))
+        for g in groups:
+            while queue and sum(queue) > capacity:
+                queue.pop(0)
+            queue.append(g)
+    return alive
+
+
+def backward_steps(units: list[Unit], first: float, last: float) -> list[Step]:
+    """A chunk's gradient steps in backward order: the output side's bucket (`last`: output layer,
+    final norm, MTP projections, where the chunk has them), the units from the last (experts'
+    group first), the embedding's bucket (`first`)."""
+    steps: list[Step] = [(None, (last,))] if last else []
+    for i in range(len(units) - 1, -1, -1):
+        d, e = units[i]
+        steps.append((i, tuple(g for g in (e, d) if g)))
+    return steps + ([(None, (first,))] if first else [])
+
+
+def _edges(job: Job, layout: Layout, rank: int, units: list[list[Unit]]) -> tuple[float, float]:
+    """(embedding side, output side) elements outside units on one GPU of rank `rank`: what
+    `edge_params` gives less the MTP units of its last chunk (`chunk_units`)."""
+    first, (last_d, last_e) = edge_params(job, layout, rank)
+    mtp = 0.0
+    if rank == layout.mtp_rank(job.arch.num_layers, job.arch.mtp_num_layers):
+        depths = 1 if job.arch.mtp_use_repeated_layer else job.arch.mtp_num_layers
+        count = depths * len(job.arch.mtp_kinds)
+        mtp = sum(d + e for d, e in units[-1][len(units[-1]) - count :])
+    return first, max(last_d + last_e - mtp, 0.0)
+
+
+def transient_and_resident(
+    job: Job, layout: Layout, rank: int, chunks: Chunks
+) -> tuple[float, float]:
+    """(transient, resident) bytes of Megatron-FSDP's unsharded buffers on one GPU of pipeline
+    rank `rank` (ZeRO 2, 3; (0, 0) below): the most its units' gathered parameters and gradient
+    buckets hold at once over the step (the forward's window; at each backward step the window
+    and the queue), and the parameters outside units kept gathered all step at ZeRO 3."""
+    if layout.zero_stage < 2:
+        return 0.0, 0.0
+    raw = chunk_units(job, layout, rank, chunks)
+    first, last = _edges(job, layout, rank, raw)
+    g, w = job.grad_bytes, weight_bytes(job)
+    h, n = job.arch.hidden_size, job.optimizer_instances  # HSDP shards over dp / instances
+    dense_group, expert_group = layout.dense_dp // n, layout.expert_dp // n
+    per_chunk = [
+        [(padded(d, dense_group, h), padded(e, expert_group, h)) for d, e in units] for units in raw
+    ]
+    zero3 = layout.zero_stage == 3
+    most = 0.0
+    for c, units in enumerate(per_chunk):
+        head = first if c == 0 else 0.0
+        tail = last if c == len(per_chunk) - 1 else 0.0
+        head, tail = padded(head, dense_group, h), padded(tail, dense_group, h)
+        total = sum(d + e for d, e in units) + head + tail
+        bucket = bucket_size(layout, total)
+        # one bucket outside units (no bucket size, or an embedding under it beside the output
+        # layer): allocated at the output layer's gradient, held to the backward's end
+        split = bucket is not None and not (head and tail and head < bucket)
+        held = head + tail if tail and not split else 0.0
+        if layout.fsdp_double_buffer:
+            largest = max((d + e for d, e in units), default=0.0)
+            outside = held or max(head, tail)
+            unit_params = 2 * largest if zero3 else 0.0
+            most = max(most, (2 * largest + outside) * g + unit_params * w)
+            continue
+        size = unit_size(job, layout, raw[c], total)
+        steps = backward_steps(units, head if split or not held else 0.0, 0.0 if held else tail)
+        fwd, back = gathered(units, size // 2) if zero3 else (0.0, [0.0] * len(units))
+        most = max(most, fwd * w)
+        for (i, _), alive in zip(steps, queue_alive(steps, size), strict=True):
+            most = max(most, (alive + held) * g + (back[i] * w if i is not None else 0.0))
+    return most, (first + last) * w if zero3 else 0.0

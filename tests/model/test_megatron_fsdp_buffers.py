@@ -1,0 +1,217 @@
+"""Megatron-FSDP's gathered units, gradient queue and parameters outside units
+(`planner.model.megatron_fsdp`).
+
+Oracles: NVIDIA/Megatron-LM d98e8a64, megatron/core/distributed/fsdp/src/megatron_fsdp/
+(pgb: param_and_grad_buffer.py):
+- megatron_fsdp.py:420-444: unit size unset under optim_grads_params, C = max(1e9,
+  2 x (unit elements // units)); queue capacity C, all-gather prefetch C // 2;
+- pgb:3935-3948: before a group's reduce-scatter the queue pops its oldest entries while
+  their sum exceeds C, then appends it (:4254); a bucket is freed only when popped (:4230-4250);
+- pgb:4487-4510: a gather adds the next bucket groups while the prefetched sum is below C // 2;
+- megatron_fsdp.py:969-974, :1093-1113, pgb:4339-4386: parameters outside units stay gathered;
+- pgb:2524-2576, :3956-3978, :4420-4432: double buffering, a pool of two units each way.
+The expected bytes are hand arithmetic on Llama 3.1 8B's shapes; the queue and the window are
+also checked against brute-force transcriptions of those lines over random unit sizes.
+"""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+from jobs import h100_cluster
+
+from planner.emit import megatron
+from planner.inputs import megatron_args
+from planner.inputs.errors import InputError
+from planner.inputs.plan import parse_plan
+from planner.model import megatron_fsdp
+from planner.model.rank_states import rank_state
+
+# Llama 3.1 8B at tp 1: a decoder layer 2 x 4,096^2 (q, o) + 2 x 4,096 x 1,024 (k, v)
+# + 3 x 4,096 x 14,336 (gate, up, down) + 2 x 4,096 (norms) = 218,112,000 elements; the
+# output layer 128,256 x 4,096 = 525,336,576 (untied) with the final norm's 4,096; the word
+# embedding 525,336,576. Buckets padded to multiples of dp 8 x h 4,096 = 32,768 (pgb:285-288,
+# `megatron_fsdp.padded`): a layer 6,657 x 32,768, the output side 16,033 x 32,768.
+U, OUT, NORM = 218_112_000, 525_336_576, 4_096
+TAIL, EMB = OUT + NORM, OUT
+U_PAD, TAIL_PAD = 6_657 * 32_768, 16_033 * 32_768
+
+
+def _llama8b(**parallel: object) -> tuple:
+    plan = parse_plan(
+        {
+            "model": {"name": "llama3.1-8b"},
+            "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},
+            "training": {
+                "seq_length": 8192,
+                "global_batch_size": 64,
+                "precision": "bf16",
+                "main_grad_dtype": "bf16",
+            },
+            "parallel": {"tp": 1, "pp": 1, "micro_batch_size": 1, "zero_stage": 3, **parallel},
+        }
+    )
+    job, lay = plan.job, plan.require_layout()
+    assert job.cluster.num_gpus == h100_cluster(8).num_gpus and lay.dp == 8
+    return job, lay, lay.chunk_layers(job.arch.num_layers)[0]
+
+
+def test_llama8b_zero3_window_queue_and_outside_units() -> None:
+    """By hand, 32 units of U: C = max(1e9, 2 x U) = 1e9, P = 5e8. Window: U, 2U < P <= 3U, so
+    a unit with three below holds 4U gathered. Queue (bf16 gradients, 2 B): the output layer's
+    bucket TAIL first, then a unit each step: alive TAIL + U, + 2U, + 3U, then at the fourth
+    unit TAIL + 4U (its queue TAIL + 3U > C pops TAIL only after); from there 6U at most (five
+    queued, 5U > C pops one, and its own); at the end the embedding's bucket beside 5U, with
+    nothing gathered. The most at once: the fourth unit, (TAIL + 4U) x 2 + 4U x 2 bytes, each
+    bucket padded (U_PAD, TAIL_PAD; the counts are those of the raw sizes). Outside units,
+    gathered all step: EMB + TAIL at 2 B.
+    (Before, a18f1ea: (OUT + U) x (2 + 2), nothing kept gathered.)"""
+    job, lay, chunks = _llama8b()
+    assert (job.grad_bytes, megatron_fsdp.unit_size(job, lay, [(U, 0.0)] * 32, 0)) == (2.0, 1e9)
+    _, _, _, cache, transient = rank_state(job, lay, 0, chunks)
+    assert transient == pytest.approx((TAIL_PAD + 4 * U_PAD) * 2 + 4 * U_PAD * 2)
+    assert cache == pytest.approx((EMB + TAIL) * 2)
+    # the rule's pieces on the units alone: 4 gathered, 6 gradient buckets at the steady state
+    fwd, back = megatron_fsdp.gathered([(U, 0.0)] * 32, 5e8)
+    assert (fwd, back[16], back[2]) == pytest.approx((4 * U, 4 * U, 3 * U))
+    steps = megatron_fsdp.backward_steps([(U, 0.0)] * 32, 0.0, 0.0)
+    assert max(megatron_fsdp.queue_alive(steps, 1e9)) == pytest.approx(6 * U)
+
+
+def test_llama8b_double_buffer_holds_two_units_each_way() -> None:
+    """--fsdp-double-buffer: the pool's two units of parameters (2 B) and of gradients (2 B),
+    beside the output layer's bucket from the backup allocator at the backward's first unit:
+    (2U + TAIL) x 2 + 2U x 2; the parameters outside units stay gathered. An explicit unit size
+    changes nothing there. (Before, a18f1ea: (OUT + U) x (2 + 2), nothing kept gathered.)"""
+    for size in (None, 800_000_000):
+        job, lay, chunks = _llama8b(fsdp_double_buffer=True, suggested_communication_unit_size=size)
+        _, _, _, cache, transient = rank_state(job, lay, 0, chunks)
+        assert transient == pytest.approx((2 * U_PAD + TAIL_PAD) * 2 + 2 * U_PAD * 2)
+        assert cache == pytest.approx((EMB + TAIL) * 2)
+
+
+def test_explicit_unit_size_is_taken_as_it_is() -> None:
+    """--suggested-communication-unit-size 8e8 (no 1e9 floor, megatron_fsdp.py:420-421): P = 4e8,
+    U < P <= 2U, so 3U gathered; the queue pops while over 8e8: 3U = 654,336,000 stays, 4U
+    pops, so 4 queued + own = 5U alive at the steady state."""
+    job, lay, _ = _llama8b(suggested_communication_unit_size=800_000_000)
+    assert megatron_fsdp.unit_size(job, lay, [(U, 0.0)] * 32, 0) == 8e8
+    assert megatron_fsdp.gathered([(U, 0.0)] * 32, 4e8)[0] == pytest.approx(3 * U)
+    steps = megatron_fsdp.backward_steps([(U, 0.0)] * 32, 0.0, 0.0)
+    assert max(megatron_fsdp.queue_alive(steps, 8e8)) == pytest.approx(5 * U)
+
+
+def _brute_queue(units: list[tuple[float, float]], capacity: float) -> float:
+    """pgb:3935-3948 and :4254 transcribed: buckets allocated on first write (the unit's groups
+    at its backward), each group (experts' first) dispatched after popping the queue's oldest
+    while the queue's sum exceeds the capacity; a popped bucket is freed. Returns the most
+    allocated at once."""
+    allocated: dict[int, float] = {}
+    queue: list[int] = []
+    most, ident = 0.0, 0
+    for d, e in reversed(units):
+        groups = [g for g in (e, d) if g]
+        ids = list(range(ident, ident + len(groups)))
+        ident += len(groups)
+        allocated.update(zip(ids, groups, strict=True))
+        most = max(most, sum(allocated.values()))
+        for b in ids:
+            space = sum(allocated[q] for q in queue)
+            while space > capacity:
+                gone = queue.pop(0)
+                space -= allocated.pop(gone)
+            queue.append(b)
+    return most
+
+
+def _brute_window(units: list[tuple[float, float]], prefetch: float) -> float:
+    """pgb:4487-4510 transcribed over bucket ids (a unit's dense group, then its experts'): in
+    the forward each unit's gather takes its ids, then the next id's group while the prefetched
+    sum is below `prefetch`; the unit run before is released (megatron_fsdp.py:699-700). The
+    most gathered at once."""
+    sizes = [g for d, e in units for g in (d, e) if g]
+    owner = [i for i, (d, e) in enumerate(units) for g in (d, e) if g]
+    held: set[int] = set()
+    most = 0.0
+    for i in range(len(units)):
+        mine = [b for b, o in enumerate(owner) if o == i]
+        held -= {b for b in held if owner[b] < i}
+        got, base = list(mine), sum(sizes[b] for b in mine)
+        nxt = max(mine) + 1
+        while nxt < len(sizes) and sum(sizes[b] for b in got) - base < prefetch:
+            got.append(nxt)  # a group per (unit, expert flag): one bucket here
+            nxt += 1
+        held |= set(got)
+        most = max(most, sum(sizes[b] for b in held))
+    return most
+
+
+@pytest.mark.parametrize("seed", range(40))
+def test_queue_and_window_against_brute_force(seed: int) -> None:
+    rng = random.Random(seed)
+    n = rng.randint(1, 24)
+    units = [
+        (rng.uniform(1e7, 6e8), rng.uniform(1e7, 6e8) if rng.random() < 0.4 else 0.0)
+        for _ in range(n)
+    ]
+    capacity = rng.choice([1e8, 5e8, 1e9, 2e9, 5e9])
+    steps = megatron_fsdp.backward_steps(units, 0.0, 0.0)
+    assert max(megatron_fsdp.queue_alive(steps, capacity)) == pytest.approx(
+        _brute_queue(units, capacity)
+    )
+    fwd, _ = megatron_fsdp.gathered(units, capacity // 2)
+    assert fwd == pytest.approx(_brute_window(units, capacity // 2))
+
+
+LINE = (
+    "torchrun --nproc-per-node 8 pretrain_gpt.py --num-layers 32 --hidden-size 4096 "
+    "--ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention "
+    "--num-query-groups 8 --seq-length 8192 --max-position-embeddings 8192 "
+    "--position-embedding-type rope --normalization RMSNorm --swiglu --disable-bias-linear "
+    "--untie-embeddings-and-output-weights --vocab-size 128256 --tokenizer-type NullTokenizer "
+    "--micro-batch-size 1 --global-batch-size 32 --bf16 --use-megatron-fsdp "
+    "--use-distributed-optimizer --ckpt-format fsdp_dtensor --overlap-grad-reduce "
+    "--overlap-param-gather --lr 1e-4 "
+)
+
+
+@pytest.mark.parametrize(
+    "extra",
+    ["--fsdp-double-buffer", "--use-nccl-ub", "--megatron-fsdp-max-pool-double-buffer"],
+)
+def test_megatron_flags_read_and_written_back(extra: str) -> None:
+    """arguments.py:1172-1181 (d98e8a64): --use-nccl-ub and the max-pool allocator turn
+    fsdp_double_buffer on under Megatron-FSDP; the unit size is an int (:3207). planner's
+    launch writes both back (a18f1ea read neither)."""
+    line = f"{LINE}{extra} --suggested-communication-unit-size 800000000"
+    plan = parse_plan(megatron_args.to_plan(line, "h100-sxm-80gb", 8))
+    lay = plan.require_layout()
+    assert (lay.fsdp_double_buffer, lay.suggested_communication_unit_size) == (True, 800_000_000)
+    args = megatron.arguments(plan)
+    flags = {a[0]: a[1:] for a in (*args.parallel, *args.training)}
+    assert flags["--fsdp-double-buffer"] == ()
+    assert flags["--suggested-communication-unit-size"] == ("800000000",)
+
+
+def test_bad_values_are_refused() -> None:
+    """A unit size below 1 on the line, or in a plan; the double buffer beside the EP overlap,
+    which mcore_fsdp_adapter.py:177-181 asserts against: exit 2 naming the field and value."""
+    with pytest.raises(InputError, match="--suggested-communication-unit-size: 0"):
+        megatron_args.to_plan(f"{LINE}--suggested-communication-unit-size 0", "h100-sxm-80gb", 8)
+    with pytest.raises(InputError, match="suggested_communication_unit_size"):
+        _llama8b(suggested_communication_unit_size=0)
+    with pytest.raises(InputError, match="fsdp_double_buffer"):
+        parse_plan(
+            {
+                "model": {"name": "qwen3-30b-a3b"},
+                "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 16},
+                "training": {"seq_length": 4096, "global_batch_size": 64},
+                "parallel": {
+                    "ep": 8,
+                    "zero_stage": 3,
+                    "ep_comm_overlap": True,
+                    "fsdp_double_buffer": True,
+                },
+            }
+        ).require_layout()
