@@ -173,7 +173,19 @@ QWEN30B_MBS8 = (
     "as do the FP8-CS twins (Q49, Q62) and the 32-GPU recipe (Q65, states sharded over 4); "
     "undecided (a measurement of the MoE layer's saved tensors would settle it)"
 )
+FSDP_QUEUE_405B = (
+    "Llama 3.1 405B BF16 on 128 B300 at tp 2, pp 1, dp 64, Megatron-FSDP (ZeRO 3) without "
+    "double buffering and with the default unit size, C = max(1e9, twice the average layer) "
+    "(megatron_fsdp.py:420-444 d98e8a64): the backward holds the output layer's gradient bucket"
+    " and three padded layers' in the reduce-scatter queue (pgb:3935-3948, 10.9 GiB) beside two"
+    " gathered layers (5.9) and the embedding and output layer gathered all step (3.9; "
+    "planner/model/megatron_fsdp.py): 265.8 GiB by planner's bound (the queue's peak added to "
+    "the activations' peak), about 261.4 at the exact coupling (two layers' backward, 4.4 GiB "
+    "of activations, freed by then), against B300's usable 260.5 and physical 268.6; undecided "
+    "(inside the 3% headroom)"
+)
 DO_NOT_FIT = {
+    "L54": FSDP_QUEUE_405B,
     "L42": PP16_VPP8,
     **dict.fromkeys(("L18", "L31", "L36", "L37"), FSDP_OFFLOAD),
     **dict.fromkeys(("L63", "L64", "L71", "L72"), FSDP_OFFLOAD),

@@ -187,8 +187,7 @@ def test_megatron_lm_targets_launch_the_native_fused_loss() -> None:
 
 
 def test_where_the_native_loss_would_not_fit_the_unfused_one_is_launched(tmp_path: Path) -> None:
-    # once the bundled default job's first pick (Megatron-FSDP ZeRO 2, with layers offloaded:
-    # four since its unit buffers are counted whole) fits at 75.7 of 77.3 GiB with TE's loss
+    # Megatron-FSDP ZeRO 2 with six layers offloaded fits at 76.8 of 77.3 GiB with TE's loss
     # (6 bytes a local logit); the native fusion's fp32 copy adds 4 x 8,192 x 128,256 bytes
     # (3.9 GiB) and would not: Megatron's unfused loss, no flag, holds what TE's does, and the
     # header predicts that run, which fits
@@ -197,7 +196,7 @@ def test_where_the_native_loss_would_not_fit_the_unfused_one_is_launched(tmp_pat
         '[model]\nname = "llama3.1-8b"\n[cluster]\ngpu = "h100-sxm-80gb"\nnum_gpus = 8\n'
         "[training]\nseq_length = 8192\nglobal_batch_size = 128\n"
         "[parallel]\ntp = 1\npp = 1\nmicro_batch_size = 1\nzero_stage = 2\n"
-        'recompute = "none"\ncpu_offloading_num_layers = 4\n'
+        'recompute = "none"\ncpu_offloading_num_layers = 6\n'
     )
     plan = load_plan(path)
     assert memory.estimate(plan.job, plan.require_layout()).fits
@@ -211,12 +210,14 @@ def test_suggest_says_what_megatron_lm_launches_of_its_plan(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     # suggest ranks with TE's fused loss (Megatron-Bridge's), which Megatron-LM refuses: writing
-    # the bundled default job's plan it says what the Megatron-LM targets launch instead (the
-    # unfused loss there: the native fusion's fp32 logits would not fit) and the step their
-    # header predicts, which is the launch file's own; Megatron-Bridge launches it as ranked
+    # the plan of Llama 3.1 8B at 32,768 tokens it says what the Megatron-LM targets launch
+    # instead (the unfused loss there: the native fusion's fp32 logits, 4 x 32,768 x 128,256 B =
+    # 15.7 GiB at tp 1 and cp 1 over the local tokens, would not fit; at 8,192 tokens the first
+    # pick's fits them) and the step their header predicts, which is the launch file's own;
+    # Megatron-Bridge launches it as ranked
     path = tmp_path / "top.toml"
     args = ["suggest", "--model", "llama3.1-8b", "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
-    args += ["--seq-length", "8192", "--global-batch-size", "128", "--write-plan", str(path)]
+    args += ["--seq-length", "32768", "--global-batch-size", "128", "--write-plan", str(path)]
     code, _, err = run(args, capsys)
     assert code == 0, err
     note = " ".join(err.split())
