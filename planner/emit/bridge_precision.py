@@ -120,6 +120,26 @@ def _dtype(half: bool, name: str = "torch.bfloat16") -> str:
     return name if half else "torch.float32"
 
 
+def _moments(plan: Plan) -> dict[str, str]:
+    """exp_avg_dtype and exp_avg_sq_dtype (`Job.moment_dtypes`), as torch dtypes Bridge reads
+    back. An FP8 moment is refused: TE FusedAdam takes it only as torch.uint8 (Megatron-LM
+    d98e8a64 arguments.py:1078), a name Bridge's str_to_dtype lacks (067f987d
+    activation_map.py:95-110 reads 'fp8' as torch.float8_e4m3fn)."""
+    names = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+    out = {}
+    for field, dtype in zip(
+        ("exp_avg_dtype", "exp_avg_sq_dtype"), plan.job.moment_dtypes, strict=True
+    ):
+        if dtype not in names:
+            raise InputError(
+                f"{plan.path}: training.{field}: {dtype}: Megatron-Bridge cannot set it (its dtype "
+                "names have no torch.uint8, Transformer Engine FusedAdam's FP8 state); launch "
+                "with --target megatron-args"
+            )
+        out[field] = names[dtype]
+    return out
+
+
 def optimizer_precision(plan: Plan) -> dict[str, object]:
     """OptimizerConfig's precision fields (Megatron-Core optimizer_config.py, 2a75ac12): the
     precision-aware optimizer and its four dtypes, always, since recipes set them (Bridge 067f987d:
@@ -133,8 +153,7 @@ def optimizer_precision(plan: Plan) -> dict[str, object]:
         "use_precision_aware_optimizer": aware,
         "main_params_dtype": _dtype(aware and job.main_params_dtype == "fp16", "torch.float16"),
         "main_grads_dtype": _dtype(aware and job.main_grad_dtype == "bf16"),
-        "exp_avg_dtype": _dtype(aware and job.optimizer_state_dtype == "bf16"),
-        "exp_avg_sq_dtype": _dtype(aware and job.optimizer_state_dtype == "bf16"),
+        **_moments(plan),
     }
     if job.optimizer_offload_fraction > 0:
         out |= {

@@ -237,8 +237,9 @@ def training_args(plan: Plan) -> list[Arg]:
     if job.deterministic:  # Megatron sets its NCCL, TE and cuBLAS variables (model.determinism)
         a.append(("--deterministic-mode",))
     switch = activation_switch(job)
-    if switch == ("bias_activation_fusion", False):
-        a.append(("--no-bias-swiglu-fusion",))
+    if switch == ("bias_activation_fusion", False):  # --quick-geglu's is the GELU switch
+        quick = job.arch.activation == "quick_geglu"  # (argument_utils.py:316-319 d98e8a64)
+        a.append(("--no-bias-gelu-fusion",) if quick else ("--no-bias-swiglu-fusion",))
     elif switch == ("use_fused_weighted_squared_relu", True):
         a.append(("--use-fused-weighted-squared-relu",))
     if not job.dataloader_attention_mask:  # no [mbs, 1, s, s] mask per micro-batch on the GPU
@@ -290,12 +291,13 @@ def training_args(plan: Plan) -> list[Arg]:
 
 def activation_switch(job: Job) -> tuple[str, bool] | None:
     """The TransformerConfig field (and its value) that says whether the activation runs fused,
-    where Megatron has one for the model's: bias_activation_fusion for SwiGLU (argument_utils.py
-    d98e8a64: --no-bias-swiglu-fusion turns it off), use_fused_weighted_squared_relu for an MoE
+    where Megatron has one for the model's: bias_activation_fusion for SwiGLU and quick-GEGLU
+    (argument_utils.py:316-319 d98e8a64: --no-bias-swiglu-fusion turns SwiGLU's off,
+    --no-bias-gelu-fusion quick-GEGLU's), use_fused_weighted_squared_relu for an MoE
     model's squared ReLU experts (off by default: the unfused path saves the activation's output
     for the probabilities, `planner.model.moe_activations`)."""
     arch = job.arch
-    if arch.gated_linear_unit and arch.activation == "swiglu":
+    if arch.gated_linear_unit and arch.activation in ("swiglu", "quick_geglu"):
         return "bias_activation_fusion", job.fused_swiglu
     if arch.is_moe and arch.activation == "squared_relu":
         return "use_fused_weighted_squared_relu", job.fused_swiglu

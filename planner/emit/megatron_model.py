@@ -13,20 +13,41 @@ from itertools import groupby
 from planner.inputs import hybrid
 from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
-from planner.inputs.plan import Plan
+from planner.inputs.plan import Job, Plan
 
 Arg = tuple[str, ...]
 """One flag followed by its values."""
 
 
-def _activation(arch: ModelArch, where: str) -> list[Arg]:
+def _activation(job: Job, where: str) -> list[Arg]:
+    """The activation's flags, as the reader reads them back (`megatron_model._activation` in
+    planner.inputs): --swiglu or --quick-geglu (gpt-oss's GLU, as Megatron-Bridge runs it:
+    gpt_oss_bridge.py:82-84 067f987d), each with its offset and clamp. A SwiGLU's nonzero offset
+    runs only unfused (transformer_config.py:2440-2444 d98e8a64 raises ValueError under
+    bias_activation_fusion), and a fused quick-GEGLU only in routed experts (mlp.py:317-318,
+    shared_experts.py:292-293 raise): refused, not launched as another model."""
+    arch = job.arch
+    offset = (
+        [("--glu-linear-offset", str(arch.glu_linear_offset))] if arch.glu_linear_offset else []
+    )
     if arch.gated_linear_unit and arch.activation in ("swiglu", "silu"):
-        if not arch.glu_linear_offset:
-            return [("--swiglu",), *_glu_clamp(arch)]
-        # a nonzero offset under the fused kernel needs quick_gelu (transformer_config.py:2440
-        # d98e8a64): gpt-oss's GLU, as Megatron-Bridge runs it (gpt_oss_bridge.py:82-84 067f987d)
-        offset = ("--glu-linear-offset", str(arch.glu_linear_offset))
-        return [("--quick-geglu",), offset, *_glu_clamp(arch)]
+        if offset and job.fused_swiglu:
+            raise InputError(
+                f"{where}.glu_linear_offset: Megatron-LM runs a SwiGLU with a nonzero offset "
+                f"({arch.glu_linear_offset:g}) only unfused (transformer_config.py:2440-2444 "
+                "raises under bias_activation_fusion): set training.fused_swiglu = false, or "
+                'activation = "quick_geglu" where the model is gpt-oss\'s GLU'
+            )
+        return [("--swiglu",), *offset, *_glu_clamp(arch)]
+    if arch.gated_linear_unit and arch.activation == "quick_geglu":
+        dense = any(k.ffn == "dense" for k in (*arch.layer_kinds, *arch.mtp_kinds))
+        if job.fused_swiglu and (dense or arch.moe_shared_expert_intermediate_size):
+            raise InputError(
+                f"{where}.activation: Megatron-LM fuses quick_geglu only in routed experts: a "
+                "dense MLP or a shared expert raises ValueError with the fused bias-activation "
+                "(mlp.py:317-318, shared_experts.py:292-293): set training.fused_swiglu = false"
+            )
+        return [("--quick-geglu",), *offset, *_glu_clamp(arch)]
     if not arch.gated_linear_unit and arch.activation == "gelu":
         return []  # Megatron's default
     if not arch.gated_linear_unit and arch.activation == "squared_relu":
@@ -34,7 +55,7 @@ def _activation(arch: ModelArch, where: str) -> list[Arg]:
     kind = f"gated {arch.activation}" if arch.gated_linear_unit else arch.activation
     raise InputError(
         f"{where}.activation: Megatron-LM pretrain_gpt.py has no flag for a {kind} MLP "
-        f"(it offers gelu, --swiglu and --squared-relu)"
+        f"(it offers gelu, --swiglu, --quick-geglu and --squared-relu)"
     )
 
 
@@ -177,7 +198,7 @@ def model_args(plan: Plan) -> list[Arg]:
         ]
     elif arch.query_groups != arch.num_attention_heads:
         a += [("--group-query-attention",), ("--num-query-groups", str(arch.query_groups))]
-    a += _activation(arch, where)
+    a += _activation(job, where)
     a.append(("--normalization", arch.normalization))
     if not arch.add_bias_linear:
         a.append(("--disable-bias-linear",))

@@ -41,8 +41,11 @@ def optimizer_args(plan: Plan) -> list[Arg]:
             # Megatron asserts it is fp32 without the precision-aware optimizer); fp16's are
             # 16-bit without it (validate_args reads it under --bf16 only, arguments.py:1204)
             a.append(("--main-grads-dtype", "bf16"))
-        if job.optimizer_state_dtype == "bf16":
-            a += [("--exp-avg-dtype", "bf16"), ("--exp-avg-sq-dtype", "bf16")]
+        for flag, dtype in zip(
+            ("--exp-avg-dtype", "--exp-avg-sq-dtype"), job.moment_dtypes, strict=True
+        ):
+            if dtype != "fp32":  # each moment as planned (Job.moment_dtypes)
+                a.append((flag, dtype))
         if job.main_params_dtype == "fp16":  # TE's fp16 master (planner.model.adam_step)
             a.append(("--main-params-dtype", "fp16"))
     if job.optimizer_offload_fraction > 0:  # the host optimizer, which asks for the above

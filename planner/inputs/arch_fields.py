@@ -71,7 +71,13 @@ class ArchFields(BaseModel):
     )
 
     gated_linear_unit: Flag = Field(default=False, description="SwiGLU/GeGLU: 3 MLP matrices")
-    activation: Literal["gelu", "swiglu", "geglu", "squared_relu", "relu", "silu"] = "gelu"
+    activation: Literal[
+        "gelu", "swiglu", "geglu", "quick_geglu", "squared_relu", "relu", "silu"
+    ] = Field(
+        default="gelu",
+        description="gated (gated_linear_unit): swiglu / silu (SiLU), geglu (erf or tanh "
+        "GELU: Gemma), quick_geglu (x sigmoid(1.702 x): Megatron --quick-geglu, gpt-oss)",
+    )
     activation_func_clamp_value: PositiveFloat | None = Field(
         default=None,
         description="Megatron --activation-func-clamp-value (HF gpt-oss swiglu_limit): the GLU "
@@ -81,8 +87,9 @@ class ArchFields(BaseModel):
     glu_linear_offset: FiniteFloat = Field(
         default=0.0,
         description="Megatron --glu-linear-offset: added to the GLU's linear half before the "
-        "product (gpt-oss: 1.0; with bias_activation_fusion Megatron allows it only for "
-        "quick-GELU, transformer_config.py:2440 d98e8a64)",
+        "product (gpt-oss's quick_geglu: 1.0; with bias_activation_fusion Megatron allows it "
+        "only for quick_geglu, transformer_config.py:2440 d98e8a64: a swiglu with an offset runs "
+        "unfused, training.fused_swiglu = false)",
     )
     normalization: Literal["LayerNorm", "RMSNorm"] = "LayerNorm"
     add_bias_linear: Flag = Field(default=True, description="biases on every linear layer")

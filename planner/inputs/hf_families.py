@@ -265,10 +265,10 @@ def _gpt_oss(r: Reader) -> Fields:
     layers layer_types marks (`window`). The experts and the router always carry biases and
     attention_bias (default true) puts them on q/k/v/o: add_bias_linear (erring high when
     attention_bias is false). The per-head attention sinks (GptOssAttention.sinks): softmax_type
-    "learnable". The experts' GLU (GptOssExperts) clamps its halves at swiglu_limit (7.0 by
-    default): activation_func_clamp_value, and adds 1 to the linear half: glu_linear_offset 1.0
-    (Megatron-Bridge 067f987d gpt_oss_bridge.py:83-84). Not expressible, noted in `source`: the
-    router bias."""
+    "learnable". The experts' GLU (GptOssExperts) is quick-GELU's (alpha 1.702): quick_geglu.
+    It clamps its halves at swiglu_limit (7.0 by default): activation_func_clamp_value, and adds 1
+    to the linear half: glu_linear_offset 1.0 (Megatron-Bridge 067f987d gpt_oss_bridge.py:82-84).
+    Not expressible, noted in `source`: the router bias."""
     f = llama(r, head_dim_default=64)
     every = [True] * f["num_layers"]
     limit = r.cfg.get("swiglu_limit")
@@ -280,6 +280,7 @@ def _gpt_oss(r: Reader) -> Fields:
         **f,
         "add_bias_linear": True,
         "softmax_type": "learnable",
+        "activation": "quick_geglu",  # GptOssExperts: gate * sigmoid(1.702 gate)
         "activation_func_clamp_value": float(limit),
         "glu_linear_offset": 1.0,
         **moe(r, ("num_local_experts", "num_experts"), f["ffn_hidden_size"], every),

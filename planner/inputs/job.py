@@ -10,6 +10,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.hardware import ClusterSpec, LinkTier, Pool
 from planner.inputs.layout import Recompute, RecomputePolicy
 from planner.inputs.plan_types import (
+    MOMENT_BYTES,
     QUANTISED,
     AttentionKernel,
     CrossEntropy,
@@ -17,6 +18,7 @@ from planner.inputs.plan_types import (
     CudaGraphModule,
     DsaKernelBackend,
     Fp8Recipe,
+    MomentDtype,
     MuonPrecision,
     MuonTpMode,
     ParamsDtype,
@@ -51,6 +53,10 @@ class Job:
     `params_dtype` gives it for every precision."""
     main_grad_dtype: Literal["fp32", "bf16"] = "fp32"
     optimizer_state_dtype: Literal["fp32", "bf16"] = "fp32"
+    exp_avg_dtype: MomentDtype | None = None
+    exp_avg_sq_dtype: MomentDtype | None = None
+    """Megatron --exp-avg-dtype / --exp-avg-sq-dtype where a moment's differs from
+    `optimizer_state_dtype` (`moment_dtypes`)."""
     main_params_dtype: Literal["fp32", "fp16"] = "fp32"
     """Megatron --main-params-dtype: the master weights Transformer Engine's FusedAdam keeps under
     the precision-aware optimizer, which fp16 implies (2 bytes, unscaled to fp32 at each step:
@@ -330,7 +336,7 @@ class Job:
         (OptimizerConfig asserts fp32 ones without it, optimizer_config.py:468-480 @d98e8a64),
         and the CPU-offloaded optimizer, which validate_args asserts it with."""
         return (
-            self.optimizer_state_dtype == "bf16"
+            self.moment_dtypes != ("fp32", "fp32")
             or self.optimizer_offload_fraction > 0
             or self.use_precision_aware_optimizer
             or self.main_params_dtype != "fp32"
@@ -339,14 +345,22 @@ class Job:
     @property
     def optimizer_bytes(self) -> float:
         """Optimizer bytes per parameter on the GPU, as the update reads and writes them: the
-        master weight counted in fp32 (4) and Adam's two moments (4 + 4 in fp32, 2 + 2 in bf16).
+        master weight counted in fp32 (4) and Adam's two moments, each in its dtype
+        (`moment_dtypes`: 4 in fp32, 2 in bf16 or fp16, 1 in fp8, MOMENT_BYTES).
         What Transformer Engine keeps of the master in 16 bits under the precision-aware
         optimizer (its remainder, or an fp16 master) the memory model takes off
         (`planner.model.adam_step.master_saving`). With the optimizer offloaded to the CPU, the
         share kept on the GPU at OFFLOAD_GPU_PART_BYTES each."""
         if self.optimizer_offload_fraction > 0:
             return (1.0 - self.optimizer_offload_fraction) * OFFLOAD_GPU_PART_BYTES
-        return 4.0 + (8.0 if self.optimizer_state_dtype == "fp32" else 4.0)
+        return 4.0 + sum(MOMENT_BYTES[d] for d in self.moment_dtypes)
+
+    @property
+    def moment_dtypes(self) -> tuple[MomentDtype, MomentDtype]:
+        """(exp_avg, exp_avg_sq) dtypes: each its own field where set, else
+        `optimizer_state_dtype`."""
+        both = self.optimizer_state_dtype
+        return (self.exp_avg_dtype or both, self.exp_avg_sq_dtype or both)
 
     @property
     def tokens_per_step(self) -> int:

@@ -84,14 +84,27 @@ def optimizer_dtypes(line: Line) -> dict[str, Any]:
     if bf16_grads:
         out["main_grad_dtype"] = "bf16"
     if aware:
-        # both moments in 16 bits (each defaults to fp32)
-        moments = [line.text(f) or "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
-        if all(m in ("bf16", "fp16") for m in moments):
-            out["optimizer_state_dtype"] = "bf16"
+        out.update(_moments(line))
     out.update(_optimizer_offload(line, aware))
+    if out.get("optimizer_state_dtype") == "fp32":  # the host optimizer's, all on the GPU
+        out.pop("exp_avg_dtype", None)
+        out.pop("exp_avg_sq_dtype", None)
     if aware and not line.has("--optimizer-cpu-offload"):
-        out.update(_master(line, "optimizer_state_dtype" in out))
+        moments = ("optimizer_state_dtype", "exp_avg_dtype", "exp_avg_sq_dtype")
+        out.update(_master(line, any(m in out for m in moments)))
     return out
+
+
+def _moments(line: Line) -> dict[str, Any]:
+    """--exp-avg-dtype and --exp-avg-sq-dtype (each fp32 by default, choices fp32, fp16, bf16,
+    fp8: arguments.py:3675-3684; Megatron passes them to TE FusedAdam, which keeps each state in
+    its dtype): both 16-bit as optimizer_state_dtype bf16 (fp16's are 2 bytes too), otherwise
+    each moment not in fp32 as its own field (`Job.moment_dtypes`)."""
+    moments = [line.text(f) or "fp32" for f in ("--exp-avg-dtype", "--exp-avg-sq-dtype")]
+    if all(m in ("bf16", "fp16") for m in moments):
+        return {"optimizer_state_dtype": "bf16"}
+    names = ("exp_avg_dtype", "exp_avg_sq_dtype")
+    return {name: m for name, m in zip(names, moments, strict=True) if m != "fp32"}
 
 
 def _master(line: Line, bf16_moments: bool) -> dict[str, Any]:

@@ -99,16 +99,7 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
     if model.get("multi_latent_attention"):
         for field, default in MLA_DEFAULTS.items():
             model.setdefault(field, default)
-    if line.has("--swiglu"):
-        model.update(gated_linear_unit=True, activation="swiglu")
-    elif line.has("--quick-geglu") and line.text("--glu-linear-offset") not in (None, "0", "0.0"):
-        # gpt-oss's GLU as the writer writes it (planner.emit.megatron_model: a SwiGLU-shaped
-        # GLU with an offset under the fused kernel is quick_gelu, transformer_config.py:2440)
-        model.update(gated_linear_unit=True, activation="swiglu")
-    elif line.has("--quick-geglu"):
-        model.update(gated_linear_unit=True, activation="geglu")
-    elif line.has("--squared-relu"):
-        model["activation"] = "squared_relu"
+    model.update(_activation(line))
     model.update(_glu_fields(line))
     norm = line.text("--normalization")
     if norm is not None:
@@ -149,7 +140,54 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
                 )
             raise InputError(f"{where}: {flag}: required to size the model, but not given{why}")
     model.setdefault("ffn_hidden_size", _default_ffn(model))
+    _check_quick_geglu(line, model)
     return model
+
+
+def _check_quick_geglu(line: Line, model: dict[str, Any]) -> None:
+    """Megatron's MLP and shared experts fuse quick_gelu only with the routing probabilities
+    (`_activation`): a fused --quick-geglu model with a dense MLP layer or a shared expert fails
+    at its first forward."""
+    if model.get("activation") != "quick_geglu" or line.has("--no-bias-gelu-fusion"):
+        return
+    freq = model.get("moe_layer_freq", 1)
+    dense = (
+        "num_moe_experts" not in model
+        or (freq > 1 if isinstance(freq, int) else 0 in freq)
+        or "-" in (model.get("hybrid_layer_pattern") or "")
+    )
+    if dense or model.get("moe_shared_expert_intermediate_size"):
+        raise InputError(
+            f"{line.where}: --quick-geglu: its fused bias-activation (on unless "
+            "--no-bias-gelu-fusion) runs only in the routed experts; a dense MLP or a shared "
+            "expert raises ValueError (Megatron-LM d98e8a64 mlp.py:317-318, "
+            "shared_experts.py:292-293); add --no-bias-gelu-fusion"
+        )
+
+
+def _activation(line: Line) -> dict[str, Any]:
+    """--swiglu (F.silu, gated), --quick-geglu (quick_gelu, gated: gpt-oss's GLU) or
+    --squared-relu (argument_utils.py:314-326 d98e8a64). A nonzero --glu-linear-offset under the
+    fused bias-activation kernel (bias_activation_fusion: --swiglu's from --no-bias-swiglu-fusion,
+    --quick-geglu's from --no-bias-gelu-fusion, :316-319) Megatron takes only with quick_gelu
+    (transformer_config.py:2440-2444 raises ValueError); and its MLP and shared experts fuse
+    quick_gelu only where the routed experts weight it by the probabilities (mlp.py:317-318,
+    shared_experts.py:292-293 raise 'Only support fusion of gelu and swiglu')."""
+    offset = line.number("--glu-linear-offset") or 0.0
+    if line.has("--swiglu"):
+        if offset and not line.has("--no-bias-swiglu-fusion"):
+            raise InputError(
+                f"{line.where}: --glu-linear-offset {offset:g}: not with --swiglu's fused "
+                "bias-SwiGLU (Megatron-LM d98e8a64 transformer_config.py:2440-2444 raises "
+                "ValueError: a nonzero offset under bias_activation_fusion needs quick_gelu); "
+                "add --no-bias-swiglu-fusion, or use --quick-geglu"
+            )
+        return {"gated_linear_unit": True, "activation": "swiglu"}
+    if line.has("--quick-geglu"):
+        return {"gated_linear_unit": True, "activation": "quick_geglu"}
+    if line.has("--squared-relu"):
+        return {"activation": "squared_relu"}
+    return {}
 
 
 def _glu_fields(line: Line) -> dict[str, float]:

@@ -43,6 +43,7 @@ READ = frozenset(
         "--swiglu",
         "--squared-relu",
         "--quick-geglu",
+        "--no-bias-gelu-fusion",  # --quick-geglu's fusion (training.fused_swiglu); else noted
         "--activation-func-clamp-value",
         "--glu-linear-offset",
         "--untie-embeddings-and-output-weights",

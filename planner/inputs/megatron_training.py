@@ -20,6 +20,7 @@ from planner.inputs.megatron_dtypes import (
 )
 from planner.inputs.megatron_line import Line
 from planner.inputs.megatron_tp_overlap import userbuffers_only
+from planner.inputs.megatron_unread import refuse_soap, sequential_experts
 from planner.inputs.moe_checks import fused_mlp_reading
 from planner.inputs.plan_types import CUDA_GRAPH_MODULES
 
@@ -108,8 +109,10 @@ def training_table(
     elif params == "fp32":
         notes.append(FP32_NOTE if not (fp8 or fp4) else FP32_QUANTISED_NOTE)
     _attention(line, training, params == "fp32")
-    if line.has("--no-bias-swiglu-fusion"):
+    if line.has("--no-bias-swiglu-fusion") and not line.has("--quick-geglu"):
         training["fused_swiglu"] = False
+    if line.has("--quick-geglu") and line.has("--no-bias-gelu-fusion"):
+        training["fused_swiglu"] = False  # its bias_activation_fusion (argument_utils.py:319)
     squared_moe = line.has("--squared-relu") and bool(line.integer("--num-experts"))
     if squared_moe and not line.has("--use-fused-weighted-squared-relu"):
         training["fused_swiglu"] = False  # Megatron's default: the unfused weighted activation
@@ -141,10 +144,14 @@ def training_table(
     if (router := line.text("--moe-router-dtype")) is not None:  # choices fp32, fp64
         training["moe_router_dtype"] = router
     _fused_grouped_mlp(line, training, notes)
+    missing += sequential_experts(
+        bool(line.integer("--num-experts")), line.has("--moe-grouped-gemm")
+    )
     training.update(optimizer_dtypes(line))
     if line.has("--use-torch-fsdp2") and params != "fp32":
         training["main_grad_dtype"] = "bf16"  # (fp16's are 2 bytes too: the same bytes)
         notes.append(FSDP2_GRADS_NOTE)
+    refuse_soap(line.text("--optimizer"), line.where)
     training.update(_muon(line))
     training.update(megatron_args_memory.training_flags(line, parallel, notes))
     _cuda_graphs(line, training)

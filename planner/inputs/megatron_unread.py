@@ -11,11 +11,14 @@ line that adds each flag). NeMo's overrides of the same settings share these tex
 
 from __future__ import annotations
 
+from planner.inputs.errors import InputError
+
 NOT_MODELLED: dict[str, str] = {
     "--megatron-fsdp-main-params-dtype": "a main-weight dtype other than fp32 is counted as fp32",
     "--disable-mamba-mem-eff-path": "the Mamba mixer's unfused path keeps more activations than "
     "the fused one planner counts (memory under-estimated)",
-    "--optimizer": "optimizers other than Adam and Muon are counted with Adam's two moments",
+    "--optimizer": "optimizers other than Adam and Muon (sgd, lion, adaptive_muon) are counted "
+    "with Adam's two moments (soap is refused: `megatron_training.refuse_soap`)",
     "--use-checkpoint-args": "at run time the checkpoint's saved arguments (model shape, "
     "vocabulary) replace the line's; planner reads the line's",
     "--use-mp-args-from-checkpoint-args": "at run time the checkpoint's tensor, pipeline, "
@@ -32,7 +35,8 @@ NOT_MODELLED: dict[str, str] = {
     "bias_dropout_fusion, arguments.py:2899) is timed as the fused one (step time "
     "under-estimated)",
     "--no-bias-gelu-fusion": "the unfused bias-GELU (arguments.py:2892) is timed as the fused one "
-    "(step time under-estimated)",
+    "(step time under-estimated); under --quick-geglu it is the GLU's fusion switch "
+    "(argument_utils.py:319), read as training.fused_swiglu = false",
     "--disable-jit-fuser": "every torch.compile'd elementwise fusion (core jit.py:27-30: "
     "bias-activation, bias-dropout-add, rotary) then runs eagerly, op by op; planner times them "
     "fused (step time under-estimated)",
@@ -171,3 +175,37 @@ REFUSED: dict[str, str] = {
 """Megatron-LM flags that change memory in ways planner does not model and that it cannot bound
 by a note: a line with one is refused (exit 2) rather than judged with the memory under-counted.
 The tensor-parallel weight shards (GTP) are refused where they shard (`megatron_layout`)."""
+
+
+def sequential_experts(experts: bool, grouped_gemm: bool) -> list[str]:
+    """The note of an MoE line (`experts`) without --moe-grouped-gemm: Megatron-LM then builds
+    each layer's experts as SequentialMLP, a Python loop over the local experts, each with its own
+    fc1 and fc2 Transformer Engine linears (transformer_engine_spec_provider.py:75-108), which
+    planner times as the grouped GEMMs it prices for every MoE model."""
+    if not experts or grouped_gemm:
+        return []
+    return [
+        "--num-experts without --moe-grouped-gemm: Megatron builds SequentialMLP experts (one "
+        "fc1 and one fc2 GEMM per local expert, in a Python loop: "
+        "transformer_engine_spec_provider.py:75-108), timed as grouped GEMMs (step time "
+        "under-estimated: the per-expert GEMMs and their launches)"
+    ]
+
+
+def refuse_soap(optimizer: str | None, where: str) -> None:
+    """--optimizer soap is refused: Megatron-LM takes it from the emerging_optimizers package
+    (emerging_optimizers.py:41, registered at :607-616 with no parameter overrides, so every
+    parameter is SOAP's), whose SOAP keeps, beside Adam's two moments, two Kronecker factors of
+    each m x n weight and their two eigenbases, fp32 m x m and n x n matrices (soap.py
+    `init_kronecker_factors`, `get_eigenbasis_eigh`): 8 (m^2 + n^2) bytes a matrix, whole on one
+    rank under the layer-wise distributed optimizer (arguments.py:1735-1737). Quadratic in each
+    dimension, it has no bound in the per-parameter bytes planner counts: a 128,256-row
+    vocabulary's embedding shard at tp 2 (64,128 x 4,096) alone keeps 8 x (64,128^2 + 4,096^2)
+    bytes = 30.8 GiB."""
+    if optimizer == "soap":
+        raise InputError(
+            f"{where}: --optimizer soap: planner does not model it: SOAP keeps each weight "
+            "matrix's two Kronecker factors and their eigenbases in fp32, 8 (m^2 + n^2) bytes "
+            "for an m x n weight shard (emerging_optimizers soap.py; a 64,128-row embedding "
+            "shard alone: 30.8 GiB), which planner's per-parameter optimizer bytes cannot bound"
+        )

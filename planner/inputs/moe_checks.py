@@ -11,9 +11,10 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.errors import InputError
 from planner.inputs.plan_sections import TrainingSection
 
-GLU_ACTIVATIONS = ("swiglu", "silu", "geglu")
+GLU_ACTIVATIONS = ("swiglu", "silu", "quick_geglu")
 """Gated activations the fused grouped MLP takes: SwiGLU (SiLU) and the quick-GELU GLU (Megatron
---quick-geglu, which the reader reads as "geglu"; gpt-oss's clamped GLU is counted as SwiGLU)."""
+--quick-geglu, gpt-oss's; experts.py `_is_fused_impl_supported`: F.silu or quick_gelu, not the
+erf / tanh GELU of "geglu")."""
 UNARY_ACTIVATIONS = ("squared_relu",)
 """Ungated activations it takes: squared ReLU (Megatron's fused weighted squared ReLU)."""
 

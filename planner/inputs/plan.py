@@ -66,6 +66,8 @@ class Plan:
 
 TRAINING_AS_IS = (
     "main_params_dtype",
+    "exp_avg_dtype",
+    "exp_avg_sq_dtype",
     "use_precision_aware_optimizer",
     "gradient_accumulation_fusion",
     "optimizer_offload_fraction",

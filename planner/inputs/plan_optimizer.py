@@ -10,7 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.inputs.fields import Flag, NonNegativeFloat, PositiveInt
-from planner.inputs.plan_types import MuonPrecision, MuonTpMode
+from planner.inputs.plan_types import MomentDtype, MuonPrecision, MuonTpMode
 
 
 class OptimizerFields(BaseModel):
@@ -22,6 +22,17 @@ class OptimizerFields(BaseModel):
         default="fp32",
         description="Adam moments: fp32, or bf16 (Megatron --use-precision-aware-optimizer "
         "--exp-avg-dtype bf16 --exp-avg-sq-dtype bf16)",
+    )
+    exp_avg_dtype: MomentDtype | None = Field(
+        default=None,
+        description="Megatron --exp-avg-dtype (the precision-aware optimizer): Adam's first "
+        "moment in fp32, fp16, bf16 or fp8 (1 byte), where it differs from "
+        "optimizer_state_dtype; unset: optimizer_state_dtype",
+    )
+    exp_avg_sq_dtype: MomentDtype | None = Field(
+        default=None,
+        description="Megatron --exp-avg-sq-dtype: Adam's second moment alike (unset: "
+        "optimizer_state_dtype)",
     )
     optimizer_offload_fraction: NonNegativeFloat = Field(
         default=0.0,

@@ -27,6 +27,14 @@ Fp8Recipe = Literal["delayed", "tensorwise", "blockwise", "mxfp8", "rowwise", "r
 """Megatron --fp8-recipe (delayed, tensorwise, blockwise, mxfp8) and torchao's float8 recipes under
 torchtitan (tensorwise, rowwise, rowwise_with_gw_hp)."""
 CrossEntropy = Literal["fused", "pytorch", "gathered"]
+MomentDtype = Literal["fp32", "fp16", "bf16", "fp8"]
+"""One Adam moment's dtype under Megatron's precision-aware optimizer (--exp-avg-dtype,
+--exp-avg-sq-dtype: arguments.py:3675-3684 d98e8a64; fp8 is TE FusedAdam's torch.uint8 state,
+arguments.py:1078)."""
+MOMENT_BYTES: dict[str, float] = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
+"""Bytes per element of each moment dtype. TE FusedAdam (d0067d0d optimizers/fused_adam.py
+`_initialize_state`: torch.empty_like(param, dtype)) keeps an fp16 or FP8 state with one fp32
+scale per parameter tensor (`_scales`, a [1] tensor each): not counted."""
 MuonTpMode = Literal["duplicated", "blockwise", "distributed"]
 """Megatron --muon-tp-mode: how Muon orthogonalises a tensor-parallel weight (whole on every TP
 rank, each shard on its own, or the whole with its Gram matrix all-reduced)."""

@@ -108,11 +108,12 @@ def master_saving(job: Job, zero_stage: int) -> float:
 
 
 def unscaled_states(job: Job, zero_stage: int) -> int:
-    """How many of a parameter's states FusedAdam unscales into fp32 at the step: the two bf16
-    moments, and an fp16 master (the remainder is read as it is)."""
+    """How many of a parameter's states FusedAdam unscales into fp32 at the step: each moment not
+    in fp32 (`Job.moment_dtypes`: bf16, fp16 or FP8, `get_unscaled_state`), and an fp16 master
+    (the remainder is read as it is)."""
     if not on_gpu_fused_adam(job):
         return 0
-    moments = 2 if job.optimizer_state_dtype == "bf16" else 0
+    moments = 2 - job.moment_dtypes.count("fp32")
     master = te_master(job, zero_stage) and job.main_params_dtype == "fp16"
     return moments + (1 if master else 0)
 
@@ -140,11 +141,12 @@ the master's place (module docstring)."""
 
 def state_pass_bytes(job: Job, zero_stage: int) -> float:
     """HBM bytes per updated parameter FusedAdam's unscaling and scaling passes add to the
-    update `Job.optimizer_bytes` counts (module docstring): BF16_STATE_PASS_BYTES per bf16
-    moment, FP16_MASTER_PASS_BYTES for an fp16 master."""
+    update `Job.optimizer_bytes` counts (module docstring): BF16_STATE_PASS_BYTES per moment not
+    in fp32 (an fp16 or FP8 moment's scaling, aminmax and mul_, is counted as bf16's cast),
+    FP16_MASTER_PASS_BYTES for an fp16 master."""
     if not on_gpu_fused_adam(job):
         return 0.0
-    moments = 2 * BF16_STATE_PASS_BYTES if job.optimizer_state_dtype == "bf16" else 0.0
+    moments = (2 - job.moment_dtypes.count("fp32")) * BF16_STATE_PASS_BYTES
     fp16_master = te_master(job, zero_stage) and job.main_params_dtype == "fp16"
     return moments + (FP16_MASTER_PASS_BYTES if fp16_master else 0.0)
 

@@ -20,11 +20,12 @@ saved. Muon's one momentum buffer is counted as Adam's two (the safe side)."""
 from __future__ import annotations
 
 from planner.inputs.plan import Job
+from planner.inputs.plan_types import MOMENT_BYTES
 from planner.model import adam_step
 
 
 def _moments(job: Job) -> float:
-    return 2 * (4.0 if job.optimizer_state_dtype == "fp32" else 2.0)
+    return sum(MOMENT_BYTES[d] for d in job.moment_dtypes)
 
 
 def checkpoint_bytes_per_param(job: Job, zero_stage: int = 0) -> float:

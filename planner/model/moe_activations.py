@@ -213,7 +213,7 @@ def clamp_widths(arch: ModelArch, sh: Shard) -> int:
         return 0
     if not sh.fused_swiglu:
         return 1
-    return 2 if arch.activation == "geglu" or arch.glu_linear_offset != 0 else 0
+    return 2 if arch.activation == "quick_geglu" else 0
 
 
 DISPATCH_TOKENS = {"alltoall": 3.0, "flex": 3.0, "hybridep": 1.0}

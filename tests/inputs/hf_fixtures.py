@@ -212,11 +212,12 @@ EXPECTED: dict[str, dict[str, Any]] = {
         moe_router_group_topk=None,
     ),
     # the published config.json: 64 x 64 = 4096 != hidden 2880 (kv_channels carries 64); biases
-    # on attention and experts (the checkpoint's *_proj_bias tensors); every layer MoE
+    # on attention and experts (the checkpoint's *_proj_bias tensors); every layer MoE; the
+    # experts' GLU is gate * sigmoid(1.702 gate) (transformers GptOssExperts): quick-GELU's
     "gpt-oss-120b": dict(
         num_layers=36, hidden_size=2880, ffn_hidden_size=2880, num_attention_heads=64,
         num_query_groups=8, kv_channels=64, vocab_size=201088, max_position_embeddings=131072,
-        gated_linear_unit=True, activation="swiglu", normalization="RMSNorm",
+        gated_linear_unit=True, activation="quick_geglu", normalization="RMSNorm",
         add_bias_linear=True, position_embedding_type="rope", qk_layernorm=False,
         untie_embeddings_and_output_weights=True, num_moe_experts=128, moe_router_topk=4,
         moe_ffn_hidden_size=2880, moe_layer_freq=1, moe_shared_expert_intermediate_size=None,

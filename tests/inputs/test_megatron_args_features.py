@@ -161,8 +161,12 @@ def test_window_flags() -> None:
         ("--position-embedding-type yarn", {"position_embedding_type": "rope"}),
         ("--use-rotary-position-embeddings", {"position_embedding_type": "rope"}),
         ("", {"position_embedding_type": "learned_absolute"}),  # Megatron's default
-        # argument_utils.py: --quick-geglu sets gated_linear_unit with quick_gelu
-        ("--quick-geglu", {"gated_linear_unit": True, "activation": "geglu"}),
+        # argument_utils.py:323-326: --quick-geglu sets gated_linear_unit with quick_gelu (a dense
+        # MLP fuses it only without --no-bias-gelu-fusion's fused kernel: mlp.py:317-318)
+        (
+            "--quick-geglu --no-bias-gelu-fusion",
+            {"gated_linear_unit": True, "activation": "quick_geglu"},
+        ),
         ("--swiglu", {"gated_linear_unit": True, "activation": "swiglu"}),
         ("--squared-relu", {"activation": "squared_relu"}),
     ],

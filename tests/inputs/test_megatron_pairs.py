@@ -46,13 +46,12 @@ def test_a_swiglu_clamp_needs_experts() -> None:
 
 
 def test_quick_geglu_read_back_launches_again() -> None:
-    """gpt-oss launched as --quick-geglu --glu-linear-offset 1.0 reads back as the plan had it (a
-    SwiGLU-shaped GLU with the offset), which launches as the same flags (read as a gated geglu,
-    it had no flag to go out as: exit 2)."""
+    """gpt-oss launched as --quick-geglu --glu-linear-offset 1.0 reads back as the plan had it
+    (quick_geglu with the offset), which launches as the same flags."""
     model = {**catalog.get_model("gpt-oss-20b").model_dump(exclude={"name"}), "name": "oss"}
     plan = make_plan(model, 8, {"ep": 8})
     back = round_trip(plan)
-    assert back.job.arch.activation == plan.job.arch.activation == "swiglu"
+    assert back.job.arch.activation == plan.job.arch.activation == "quick_geglu"
     assert flags(back)["--quick-geglu"] == flags(plan)["--quick-geglu"] == []
     assert flags(back)["--glu-linear-offset"] == flags(plan)["--glu-linear-offset"] == ["1.0"]
 

@@ -96,7 +96,7 @@ def test_model_is_documented_and_sane(name: str) -> None:
     else:
         assert active == total
     if arch.gated_linear_unit:
-        assert arch.activation in ("swiglu", "geglu")
+        assert arch.activation in ("swiglu", "geglu", "quick_geglu")
 
 
 def test_deepseek_v3_layout() -> None:

@@ -57,8 +57,8 @@ def test_megatron_fused_quick_geglu_keeps_fc1s_output_and_the_clamped_copy() -> 
     # fc1's output only: nothing more
     act = shard(fused_swiglu=True, recompute="core_attn", modules=frozenset({"moe_act"}))
     assert moe_bytes(OSS, act) == moe_bytes(PLAIN, act)
-    # offset 0 and SwiGLU: WeightedSwiGLUFunction clamps inside (fused_bias_swiglu.py:275)
-    swiglu = OSS.model_copy(update={"glu_linear_offset": 0.0})
+    # SwiGLU (offset 0): WeightedSwiGLUFunction clamps inside (fused_bias_swiglu.py:275)
+    swiglu = OSS.model_copy(update={"glu_linear_offset": 0.0, "activation": "swiglu"})
     assert moe_bytes(swiglu, sh) == moe_bytes(PLAIN, sh)
 
 
@@ -92,6 +92,7 @@ def test_torchtitans_sinks_keep_a_copy_of_the_attention_output() -> None:
 
 def test_megatron_line_reads_the_clamp_and_offset() -> None:
     line = TINY_LINE + " --quick-geglu --activation-func-clamp-value 7.0 --glu-linear-offset 1.0"
+    line += " --no-bias-gelu-fusion"  # TINY_LINE is dense: mlp.py:317-318 fuses no quick_gelu
     r = megatron_args.read(line, "h100-sxm-80gb", 8, "run.sh")
     assert r.doc["model"]["activation_func_clamp_value"] == 7.0
     assert r.doc["model"]["glu_linear_offset"] == 1.0

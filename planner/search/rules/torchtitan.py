@@ -161,6 +161,11 @@ def features(job: Job, lay: Layout) -> Violation | None:
             "training.use_precision_aware_optimizer",
             "Megatron's (Transformer Engine's FusedAdam) only",
         ),
+        (
+            job.exp_avg_dtype is not None or job.exp_avg_sq_dtype is not None,
+            "training.exp_avg_dtype",
+            "per-moment dtypes are Megatron's (Transformer Engine's FusedAdam) only",
+        ),
         (job.fp8_param_gather, "training.fp8_param_gather", "use torchtitan.float8_all_gather"),
         (
             job.arch.is_moe and lay.moe_token_dispatcher_type == "allgather",
