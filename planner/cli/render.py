@@ -68,6 +68,15 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
             "copies of 16-bit gradients, Muon's Newton-Schulz working set, the fp32 copies of "
             "16-bit optimizer states); total holds the larger of the two (* the step)"
         )
+    validated = any(st.validation for st in rep.stages)  # torchtitan's validation forward
+    if validated:
+        cols.insert(len(cols) - 2, "validation")
+        said = (
+            "validation: what torchtitan's validation forward holds beside the states after a "
+            "step (one layer's working set, the loss over all its logits); total holds the "
+            "largest (+ the validation)"
+        )
+        t.caption = f"{t.caption}; {said}" if t.caption else said
     pooled = any(st.pool for st in rep.stages)  # heterogeneous pools: each stage's pool and GPU
     if pooled:
         t.title = title.replace(capacity_text(rep), "per stage's GPU, less headroom") + (
@@ -84,8 +93,10 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
         if pooled:
             cells[1:1] = [st.pool, st.gpu, gib(rep.room(st))]
         parts = [st.weights, st.grads, st.optimizer, st.activations]
-        cells += [gib(v) for v in [*parts, *([st.grad_copy] if copies else []), st.other]]
-        cells.append(gib(st.total) + ("*" if st.at_step else ""))
+        parts += [st.grad_copy] if copies else []
+        parts += [st.validation] if validated else []
+        cells += [gib(v) for v in [*parts, st.other]]
+        cells.append(gib(st.total) + ("*" if st.at_step else "+" if st.at_validation else ""))
         if timed and perf is not None:
             fwd, bwd = perf.stages[st.stage]
             cells += [f"{1e3 * fwd:,.1f}", f"{1e3 * bwd:,.1f}"]

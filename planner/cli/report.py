@@ -52,6 +52,7 @@ def stage_dict(st: StageMemory) -> dict[str, Any]:
         "optimizer_gib": _gib(st.optimizer),
         "activations_gib": _gib(st.activations),
         "grad_copy_gib": _gib(st.grad_copy),
+        **({"validation_gib": _gib(st.validation)} if st.validation else {}),
         "other_gib": _gib(st.other),
         "total_gib": _gib(st.total),
         "allocated_gib": _gib(st.allocated),

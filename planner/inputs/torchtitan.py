@@ -272,6 +272,23 @@ class TorchtitanSection(BaseModel):
         "grouped-GEMM float8 converter, off by default (`FLOAT8_EXPERTS`); off, the experts "
         "run in bf16 beside the float8 linear layers",
     )
+    deterministic_fill: Flag = Field(
+        default=False,
+        description="with training.deterministic: torch.utils.deterministic."
+        "fill_uninitialized_memory left on, so every empty tensor is NaN-filled, as torchtitan "
+        "e347b1e5 runs debug.deterministic (distributed/utils.py:114-124; a TOML is read so); "
+        "false: b5bcd76c's, which turns it off (distributed/utils.py:201-206). "
+        "planner.model.determinism",
+    )
+    validation_batch: NonNegativeInt = Field(
+        default=0,
+        description="[validation] enable: its local_batch_size (e347b1e5 job_config.py:960, "
+        "default 8), run after a step beside the states (planner.model.titan_validation); 0: "
+        "no validation",
+    )
+    validation_seq_len: PositiveInt = Field(
+        default=2048, description="[validation] seq_len (job_config.py:963, default 2048)"
+    )
     cp_load_balance: Flag = Field(
         default=True, description="context_parallel_load_balancer headtail (false: None)"
     )

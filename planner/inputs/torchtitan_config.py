@@ -199,6 +199,10 @@ def _document(
             f"{where}: parallelism.context_parallel_load_balancer: {balancer!r}: torchtitan "
             "raises 'Invalid load_balancer_type' (one of 'headtail', 'ptrr', or None)"
         )
+    if toml and cp > 1:
+        rotate = par("context_parallel_rotate_method", "allgather", str)
+        if rotate != "allgather":
+            notes.append((torchtitan_toml.ROTATE, torchtitan_toml.rotate_note(rotate)))
     dp = rep * shard
     mbs = par("pipeline_parallel_microbatch_size", 1) if pp > 1 else 0
     local, gbs, schedules = batches(doc, where, dp, pp, mbs, toml)
@@ -232,6 +236,11 @@ def _document(
         titan["compile_loss"] = True
     if schedules > 1:  # gradient accumulation under pipelining: a schedule per step of it
         titan["gradient_accumulation_steps"] = schedules
+    if toml and get(doc, where, "validation", "enable", bool, False):
+        titan["validation_batch"] = get(doc, where, "validation", "local_batch_size", int, 8)
+        titan["validation_seq_len"] = get(doc, where, "validation", "seq_len", int, 2048)
+    if toml and training.get("deterministic"):  # e347b1e5 leaves the NaN fill on
+        titan["deterministic_fill"] = True
     if balancer is None:
         titan["cp_load_balance"] = False  # a Python configuration's None (TOML has no None)
     chunks = get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss

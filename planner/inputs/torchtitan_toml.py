@@ -70,14 +70,13 @@ LENIENT = frozenset(
         "comm",
         "memory_estimation",
         "fault_tolerance",
-        "validation",
         "validation.dataloader",
         "training.dataloader",
     }
 )
 """The sections whose fields change no memory or step time the plan holds: a name JobConfig
 lacks there is not refused (torchtitan e347b1e5 would; an older torchtitan, whose TOML it is,
-may not)."""
+may not). Not `validation`, whose loop adds a peak (`planner.model.titan_validation`)."""
 
 
 @cache
@@ -333,3 +332,17 @@ def deepep(where: str, name: str, backend: Any, ep: int, etp: int) -> tuple[bool
             "(models/deepseek_v3/infra/parallelize.py:107-111)"
         )
     return True, None
+
+
+ROTATE = "parallelism.context_parallel_rotate_method"
+
+
+def rotate_note(rotate: str) -> str:
+    """What e347b1e5 does with a context_parallel_rotate_method other than its default: its
+    training never reads it, so its CP all-gathers K/V (`planner.model.titan_cp`)."""
+    return (
+        f"{rotate!r}: {ERA}'s training never sets it (set_rotate_method is called only in "
+        "create_context_parallel_ctx, distributed/utils.py:200-216, which only the validation "
+        "loop calls, validate.py:207-213): its steps all-gather K/V, PyTorch's default, as "
+        "planner plans them (after a validation the setting holds for the steps that follow)"
+    )

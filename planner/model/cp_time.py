@@ -100,7 +100,7 @@ def recomputed_passes(n_fwd: int, modules: tuple[str, ...]) -> int:
     return 2 if "core_attn" in modules else n_fwd
 
 
-def exchange_bytes(arch: ModelArch, lay: Layout, t: float, te: bool = True) -> float:
+def exchange_bytes(arch: ModelArch, lay: Layout, t: float) -> float:
     """Bytes the exchange holds beyond the saved activations while one attention block runs, on
     a rank of t local tokens: the larger of its forward's and its backward's (Transformer Engine
     d0067d0d context_parallel.py; K, V, Q, O the rank's key, value, query and output bytes, KV
@@ -120,14 +120,13 @@ def exchange_bytes(arch: ModelArch, lay: Layout, t: float, te: bool = True) -> f
     - a2a: the all-to-alls' receive buffers, a second copy of the rank's Q, K and V.
 
     DeepSeek sparse attention gathers its latent and indexer keys (`planner.model.dsa`): cp
-    shares of them. te=False (torchtitan's PyTorch ring attention, not Transformer Engine's):
-    the chunk in flight double-buffered, 2 KV, or the gathered cp KV."""
+    shares of them. torchtitan's (PyTorch's all-gathered CP): `planner.model.titan_cp`."""
     tp, cp = lay.tp, lay.cp
     if lay.cp_comm_type == "a2a":
         return a2a_bytes(arch, t, tp)[0]
     kv = kv_bytes(arch, t, tp)
-    if arch.has_dsa or not te:
-        return cp * kv if arch.has_dsa or lay.cp_comm_type == "all_gather" else 2 * kv
+    if arch.has_dsa:
+        return cp * kv
     qk, v = head_widths(arch)
     heads = t * arch.num_attention_heads / tp * BF16
     q, o = heads * qk, heads * v

@@ -29,6 +29,16 @@ What planner charges:
   deterministic backward, which sums dQ in a fixed order instead of by atomic adds:
   DETERMINISTIC_ATTENTION_BWD times the kernel's matmul time (`planner.model.attention_time`).
 
+torchtitan's debug.deterministic calls torch.use_deterministic_algorithms(True) too. e347b1e5
+leaves fill_uninitialized_memory on (distributed/utils.py:114-124: the host and GPU charges
+above, `[torchtitan] deterministic_fill`, which a TOML sets); b5bcd76c turns it off
+(distributed/utils.py:201-206: nothing charged). Under torch.compile the compiled blocks'
+buffers are inductor's own allocations, which skip the fill (pytorch/pytorch issue 174386,
+"torch.compile ignores torch.use_deterministic_algorithms(True) on empty_like", open; and the
+review of PR 178119: the fill "shouldn't apply to internal inductor allocations"): a compiled
+torchtitan job is charged no fill. Neither era is charged the attention factor, which is
+Transformer Engine's deterministic backend under NVTE_ALLOW_NONDETERMINISTIC_ALGO=0.
+
 Not charged (no published rate to model them by): the deterministic MoE kernels' GPU time beyond
 their issue, the pinned cuBLAS workspace, and NCCL's ring in place of its tree or NVLS for an
 all-reduce (latency-bound sizes only).
@@ -59,23 +69,28 @@ schedule", its benchmark table): 1.213. Transformer Engine's deterministic path 
 cudnn-frontend's SDPA benchmark times it on GB200 and GB300 (benchmarks/attention_kernels.py:
 1.11-1.16 for Llama's GQA at head dim 128, 0.95-1.09 for MLA, 1.27-1.31 for gpt-oss's windowed
 64-wide heads in bf16; 1.00 at every shape with FP8 operands), no Hopper pair. Taken in bf16 on
-every GPU, 1 with FP8 attention, for Megatron's mode only (`fills`: torchtitan's deterministic
-kernels are not modelled)."""
+every GPU, 1 with FP8 attention, for Megatron's mode only (torchtitan's deterministic kernels
+are not modelled)."""
 
 
 def attention_bwd_factor(job: Job) -> float:
     """How much longer the flash-attention backward's matmuls take in the job's mode
     (DETERMINISTIC_ATTENTION_BWD under Megatron's deterministic mode, else 1; 1 with FP8
     attention, whose backward cuDNN runs alike either way: benchmarks/attention_kernels.py)."""
-    return DETERMINISTIC_ATTENTION_BWD if fills(job) and not job.attention_in_fp8 else 1.0
+    megatron = job.deterministic and job.framework != "torchtitan"
+    return DETERMINISTIC_ATTENTION_BWD if megatron and not job.attention_in_fp8 else 1.0
 
 
 def fills(job: Job) -> bool:
     """Does the job fill its allocations? Megatron's deterministic mode does; torchtitan's
-    debug.deterministic turns the fill off (torchtitan b5bcd76c distributed/utils.py
-    set_determinism: fill_uninitialized_memory = False), and its deterministic kernels' cost is
-    not modelled."""
-    return job.deterministic and job.framework != "torchtitan"
+    debug.deterministic does where it leaves fill_uninitialized_memory on (`[torchtitan]
+    deterministic_fill`: e347b1e5, a TOML's) and its blocks run eager (not `Job.compiled`:
+    inductor's buffers skip the fill); b5bcd76c turns the fill off."""
+    if not job.deterministic:
+        return False
+    if job.framework != "torchtitan":
+        return True
+    return job.titan.deterministic_fill and not job.compiled
 
 
 def issue_factor(job: Job) -> float:

@@ -1,6 +1,7 @@
 """A decoder layer's context-parallel and expert-parallel traffic per micro-batch, on what
 `planner.model.layer_time` computes of the layer before it (`LayerCore`: its GEMMs, tokens,
-routing load, attention times): the CP exchange (`cp_time.context_parallel`, or a linear mixer's
+routing load, attention times): the CP exchange (`cp_time.context_parallel`, torchtitan's
+`titan_cp.context_parallel`, or a linear mixer's
 all-to-alls, one per tensor each way) and the token dispatch (`dispatch.layer_dispatch`), each
 remembered on the core per number of forward passes (the only way the layer's recompute reaches
 them)."""
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, cp_time, dispatch, fp32, mixers
+from planner.model import comms, cp_time, dispatch, fp32, mixers, titan_cp
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,8 @@ def traffic(
         parts = linear.context_parallel_a2as(arch, t, tp, lay.cp)
         one = sum(comms.all_to_all(word * b, grp) for b in parts)
         got = ((n + 1) * one, 0.0)
+    elif job.framework == "torchtitan":  # PyTorch's all-gathered K/V
+        got = titan_cp.context_parallel(job.cluster, lay, arch, t, (c.attn_fwd, c.attn_bwd), n)
     else:
         got = cp_time.context_parallel(job.cluster, lay, arch, t, (c.attn_fwd, c.attn_bwd), n)
     c.traffic[what, n] = got

@@ -47,6 +47,7 @@ from planner.model import (
     pools,
     stage_activations,
     titan_accumulation,
+    titan_validation,
 )
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
@@ -114,6 +115,8 @@ def stage_memory(
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
     counted += buffers.dataloader_mask_bytes(job, layout, rank)  # Megatron-LM's default
     frag = fragmentation(job)
+    last = rank == layout.output_rank  # the loss's rank
+    val = titan_validation.validation_bytes(job, layout, last) * ACTIVATION_SCALE
     return new_stage(
         stage=rank,
         layers=layer_count(chunks),
@@ -122,8 +125,9 @@ def stage_memory(
         optimizer=optimizer,
         activations=acts * frag,
         other=cache + transient * frag + counted + outside,
-        unallocated=outside + (max(acts, copy) + transient) * (frag - 1),
+        unallocated=outside + (max(acts, copy, val) + transient) * (frag - 1),
         grad_copy=copy * frag,
+        validation=val * frag,
     )
 
 

@@ -29,6 +29,10 @@ class StageMemory:
     of 16-bit gradients, Muon's working set, the unscaled 16-bit states; the allocator's
     fragmentation on them included): after the activations are freed, so the stage's peak holds
     the larger of the two."""
+    validation: float = 0.0
+    """What torchtitan's validation forward holds beside the states after a step
+    (`titan_validation.validation_bytes`, the allocator's fragmentation on it included): like
+    `grad_copy`, with the activations freed, so the stage's peak holds the largest of the three."""
     pool: str = ""
     """The pool this stage runs on ("" for a one-kind cluster)."""
     gpu: str = ""
@@ -38,16 +42,23 @@ class StageMemory:
 
     @property
     def total(self) -> float:
-        """The stage's peak: the model states and buffers, and the larger of its activations
-        (in the backward) and what the optimizer step holds (`grad_copy`)."""
-        held = max(self.activations, self.grad_copy)
+        """The stage's peak: the model states and buffers, and the largest of its activations
+        (in the backward), what the optimizer step holds (`grad_copy`) and what a validation
+        forward does (`validation`)."""
+        held = max(self.activations, self.grad_copy, self.validation)
         return self.weights + self.grads + self.optimizer + held + self.other
 
     @property
     def at_step(self) -> bool:
-        """Whether the stage peaks at the optimizer step (`grad_copy` above its activations),
-        not in the backward."""
-        return self.grad_copy > self.activations
+        """Whether the stage peaks at the optimizer step (`grad_copy` above its activations and
+        the validation's), not in the backward."""
+        return self.grad_copy > max(self.activations, self.validation)
+
+    @property
+    def at_validation(self) -> bool:
+        """Whether the stage peaks in torchtitan's validation forward (`validation` above its
+        activations and the optimizer step's)."""
+        return self.validation > max(self.activations, self.grad_copy)
 
     @property
     def allocated(self) -> float:
@@ -98,9 +109,10 @@ def new_stage(
     other: float,
     unallocated: float,
     grad_copy: float,
+    validation: float = 0.0,
 ) -> StageMemory:
     """`StageMemory` of one GPU kind (no pool, gpu or capacity of its own), made without the
-    frozen dataclass's `__init__`, which sets its twelve fields one `object.__setattr__` at a
+    frozen dataclass's `__init__`, which sets its thirteen fields one `object.__setattr__` at a
     time (the search makes one per stage of every memory estimate): the same fields, in field
     order, the same values."""
     st = object.__new__(StageMemory)
@@ -117,6 +129,7 @@ def new_stage(
             "other": other,
             "unallocated": unallocated,
             "grad_copy": grad_copy,
+            "validation": validation,
             "pool": "",
             "gpu": "",
             "capacity": 0.0,

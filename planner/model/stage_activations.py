@@ -2,7 +2,7 @@
 model chunks in Megatron-LM's schedule, what each chunk keeps per micro-batch under the recompute
 policy (full, selective modules, CPU offloading), and the working set one operation adds on top
 (the loss, a recomputed layer, the MoE dispatcher's tokens, the CP exchange's buffers:
-`cp_time.exchange_bytes`).
+`cp_time.exchange_bytes`, torchtitan's `titan_cp.exchange_bytes`).
 
 In flight: `planner.model.in_flight` (the micro-batches each schedule holds, per chunk).
 """
@@ -17,7 +17,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import cp_time, dsa, t5, vision
+from planner.model import cp_time, dsa, t5, titan_cp, vision
 from planner.model.bf16_blend import blended
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
@@ -248,8 +248,10 @@ def activation_parts(
         window += margin_bytes(arch, layout, pers, chunks, final, tail)
     cp_bytes = None
     if layout.cp > 1 and any(k.mixer == "attention" for k in present):
-        te = job.framework != "torchtitan"  # Transformer Engine's exchanges
-        cp_bytes = cp_time.exchange_bytes(arch, layout, sh.tokens, te)
+        if job.framework == "torchtitan":  # PyTorch's all-gathered K/V
+            cp_bytes = titan_cp.exchange_bytes(arch, layout, sh.tokens)
+        else:  # Transformer Engine's exchanges
+            cp_bytes = cp_time.exchange_bytes(arch, layout, sh.tokens)
     pending: tuple[float, ...] = ()
     if layout.pp > 1 and schedule_name(job, layout) in SPLIT_BACKWARD:
         v = len(chunks)

@@ -40,7 +40,9 @@ PLANS = {
     ),
     "deterministic": (  # debug.deterministic (torchtitan's set_determinism)
         "[parallel]\nzero_stage = 3\n",
-        "",
+        # e347b1e5, the TOML's torchtitan, leaves fill_uninitialized_memory on
+        # (distributed/utils.py:114-124): the plan it reads back as
+        "\n[torchtitan]\ndeterministic_fill = true\n",
     ),
     "zbv": (
         "[parallel]\npp = 2\nvpp = 2\ntp = 4\nzero_stage = 3\n",

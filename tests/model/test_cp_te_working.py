@@ -78,12 +78,3 @@ def test_a2a_keeps_the_attention_output_twice() -> None:
     (Before the allocator's fragmentation, `memory.fragmentation`.)"""
     assert _acts("a2a", "none") - _acts("p2p", "none") == pytest.approx(928 * MIB)
     assert _acts("a2a", "selective") - _acts("p2p", "selective") == pytest.approx(-96 * MIB)
-
-
-def test_torchtitan_keeps_the_plain_ring_buffers() -> None:
-    """torchtitan runs PyTorch's ring attention, not Transformer Engine's: its working set stays
-    the chunk in flight, double-buffered, 2 x 16 MiB (the gathered 2 x 16 MiB at cp 2)."""
-    arch = J.arch
-    assert cp_time.exchange_bytes(arch, Layout(cp=2), 4096, te=False) == 32 * MIB
-    gathered = Layout(cp=2, cp_comm_type="all_gather")
-    assert cp_time.exchange_bytes(arch, gathered, 4096, te=False) == 32 * MIB

@@ -169,8 +169,10 @@ def context_exchange(job: Job, lay: Layout) -> Violation | None:
     not support sliding window attention with cp_comm_type='p2p'"); a2a splits every rank's Q, K
     and V heads over the cp ranks ("cp_comm_type='a2a' requires num_heads % cp_size == 0 for Q,
     K, V": the heads of a TP rank, K/V heads replicated to one where tp exceeds the query
-    groups). torchtitan's context parallelism is PyTorch's ring attention, p2p only, and runs
-    its sliding windows in FlexAttention, not in Transformer Engine (no window rule there)."""
+    groups). torchtitan's context parallelism is PyTorch's, which all-gathers K/V
+    (`planner.model.titan_cp`) and takes no exchange setting from a plan: its layouts keep
+    cp_comm_type at the default, p2p, read as that exchange; it runs its sliding windows in
+    FlexAttention, not in Transformer Engine (no window rule there)."""
     if lay.cp <= 1:
         return None
     kind = lay.cp_comm_type
@@ -180,8 +182,9 @@ def context_exchange(job: Job, lay: Layout) -> Violation | None:
         return Violation(
             "cp_comm_titan",
             "parallel.cp_comm_type",
-            f"torchtitan's context parallelism is a ring (PyTorch context_parallel); "
-            f"cp_comm_type {kind!r} is Megatron-LM's",
+            "torchtitan's context parallelism is PyTorch's (context_parallel), which "
+            "all-gathers K/V whatever a plan says; it takes cp_comm_type at its default, "
+            f"'p2p' (cp_comm_type {kind!r} is Megatron-LM's)",
         )
     sinks = job.arch.softmax_type
     if sinks != "vanilla" and kind != "a2a":
