@@ -33,12 +33,15 @@ fsdp/src/megatron_fsdp/ (pgb: param_and_grad_buffer.py).
   are taken as one symmetric set of the largest unit's size (the pool's, the safe side), and
   beside the pool one bucket outside units (the output side's or the embedding's; `held`).
 
-Coupling with the activations: `memory.stage_memory` adds the largest of these transient bytes
-over the step to the activations' peak, a bound never below the exact max over the backward's
-steps of (activations held + gathered + queued). It is above it by at most what one
-micro-batch's backward frees before the queue fills (floor(C / u) + 1 layers' kept activations
-for units of u elements): the activations peak as the backward starts, the queue fills over
-its first layers."""
+Coupling with the activations: `profile_and_resident` gives the buffers at each moment of a
+micro-batch's forward and backward through a chunk, with how many of its layers hold that
+micro-batch's activations then; `fsdp_coupling` subtracts what the chunk has freed by then,
+and `memory.stage_memory` adds the largest remainder to the activations' peak. The largest
+moment alone bounds it, above by up to floor(C / u) + 1 layers' kept activations for units of
+u elements (the activations peak as the backward starts, the queue fills over its first
+layers); it stays where the held activations do not follow the layers (full recompute,
+fine-grained offloading, CUDA graphs, the EP overlap: `fsdp_coupling`), and beside the
+optimizer step's copies (`StageMemory.grad_copy`), as it was counted there before."""
 
 from __future__ import annotations
 
@@ -126,20 +129,27 @@ def window(groups: list[float], prefetch: float) -> float:
 
 def gathered(units: list[Unit], prefetch: float) -> tuple[float, list[float]]:
     """Unit parameters (elements) gathered without double buffering: the most at once in a
-    forward (each unit with the next groups' window, dense before expert), and at each unit's
-    backward (its window the groups below it, expert before dense), by unit."""
-    fwd = [g for d, e in units for g in (d, e) if g]
-    bwd = [g for d, e in reversed(units) for g in (e, d) if g]
-    most, done = 0.0, 0
+    forward, and at each unit's backward (its window the groups below it, expert before dense),
+    by unit."""
+    fwd, back = unit_windows(units, prefetch)
+    return max(fwd, default=0.0), back
+
+
+def unit_windows(units: list[Unit], prefetch: float) -> tuple[list[float], list[float]]:
+    """Unit parameters (elements) gathered at each unit's forward (its window the next groups,
+    dense before expert) and at its backward (the groups below it, expert before dense)."""
+    fwd_groups = [g for d, e in units for g in (d, e) if g]
+    bwd_groups = [g for d, e in reversed(units) for g in (e, d) if g]
+    fwd, done = [], 0
     for d, e in units:
         done += (d > 0) + (e > 0)
-        most = max(most, d + e + window(fwd[done:], prefetch))
+        fwd.append(d + e + window(fwd_groups[done:], prefetch))
     back, done = [0.0] * len(units), 0
     for i in range(len(units) - 1, -1, -1):
         d, e = units[i]
         done += (d > 0) + (e > 0)
-        back[i] = d + e + window(bwd[done:], prefetch)
-    return most, back
+        back[i] = d + e + window(bwd_groups[done:], prefetch)
+    return fwd, back
 
 
 Step = tuple[int | None, tuple[float, ...]]
@@ -185,15 +195,37 @@ def _edges(job: Job, layout: Layout, rank: int, units: list[list[Unit]]) -> tupl
     return first, max(last_d + last_e - mtp, 0.0)
 
 
+Moment = tuple[int | None, float]
+"""One moment of a model chunk's step: how many of its units, counted in forward order, hold the
+running micro-batch's activations then (the units from the first up to the one running: the
+forward's unit i and the backward's unit i i + 1, the output side's bucket every unit, the
+embedding's none; None: held all step), and the bytes of the unit buffers alive then."""
+
+Profile = tuple[tuple[Moment, ...], ...]
+"""Each model chunk's moments (`Moment`), on one GPU of a pipeline rank."""
+
+
 def transient_and_resident(
     job: Job, layout: Layout, rank: int, chunks: Chunks
 ) -> tuple[float, float]:
     """(transient, resident) bytes of Megatron-FSDP's unsharded buffers on one GPU of pipeline
     rank `rank` (ZeRO 2, 3; (0, 0) below): the most its units' gathered parameters and gradient
-    buckets hold at once over the step (the forward's window; at each backward step the window
-    and the queue), and the parameters outside units kept gathered all step at ZeRO 3."""
+    buckets hold at once over the step (`profile_and_resident`'s largest moment), and the
+    parameters outside units kept gathered all step at ZeRO 3."""
+    moments, resident = profile_and_resident(job, layout, rank, chunks)
+    return max((b for chunk in moments for _, b in chunk), default=0.0), resident
+
+
+def profile_and_resident(
+    job: Job, layout: Layout, rank: int, chunks: Chunks
+) -> tuple[Profile, float]:
+    """Megatron-FSDP's unit buffers on one GPU of pipeline rank `rank` at each moment of a
+    micro-batch's forward and backward through each chunk (`Profile`; () below ZeRO 2): the
+    forward's window at each unit; at each backward step the window and the queue (emptied at
+    each micro-batch's post-backward, megatron_fsdp.py:876-901); under double buffering the pool,
+    held all step. And the parameters outside units kept gathered all step at ZeRO 3."""
     if layout.zero_stage < 2:
-        return 0.0, 0.0
+        return (), 0.0
     raw = chunk_units(job, layout, rank, chunks)
     first, last = _edges(job, layout, rank, raw)
     g, w = job.grad_bytes, weight_bytes(job)
@@ -203,7 +235,7 @@ def transient_and_resident(
         [(padded(d, dense_group, h), padded(e, expert_group, h)) for d, e in units] for units in raw
     ]
     zero3 = layout.zero_stage == 3
-    most = 0.0
+    out: list[tuple[Moment, ...]] = []
     for c, units in enumerate(per_chunk):
         head = first if c == 0 else 0.0
         tail = last if c == len(per_chunk) - 1 else 0.0
@@ -218,12 +250,33 @@ def transient_and_resident(
             largest = max((d + e for d, e in units), default=0.0)
             outside = held or max(head, tail)
             unit_params = 2 * largest if zero3 else 0.0
-            most = max(most, (2 * largest + outside) * g + unit_params * w)
+            out.append(((None, (2 * largest + outside) * g + unit_params * w),))
             continue
         size = unit_size(job, layout, raw[c], total)
-        steps = backward_steps(units, head if split or not held else 0.0, 0.0 if held else tail)
-        fwd, back = gathered(units, size // 2) if zero3 else (0.0, [0.0] * len(units))
-        most = max(most, fwd * w)
-        for (i, _), alive in zip(steps, queue_alive(steps, size), strict=True):
-            most = max(most, (alive + held) * g + (back[i] * w if i is not None else 0.0))
-    return most, (first + last) * w if zero3 else 0.0
+        ends = (head if split or not held else 0.0, 0.0 if held else tail)
+        out.append(chunk_moments(units, ends, held, size, zero3, (g, w)))
+    return tuple(out), (first + last) * w if zero3 else 0.0
+
+
+def chunk_moments(
+    units: list[Unit],
+    ends: tuple[float, float],
+    held: float,
+    size: float,
+    zero3: bool,
+    dtypes: tuple[float, float],
+) -> tuple[Moment, ...]:
+    """A chunk's moments without double buffering, for units of these (padded) elements, the
+    (embedding, output side) buckets in `ends`, `held` elements of one bucket outside units held
+    through the backward, unit size C = `size`, gathered parameters at ZeRO 3 (`zero3`), and
+    (gradient, weight) bytes per element `dtypes`."""
+    g, w = dtypes
+    fwd, back = unit_windows(units, size // 2) if zero3 else ([], [0.0] * len(units))
+    out: list[Moment] = [(i + 1, f * w) for i, f in enumerate(fwd)]
+    steps = backward_steps(units, *ends)
+    for k, ((i, _), alive) in enumerate(zip(steps, queue_alive(steps, size), strict=True)):
+        if i is not None:
+            out.append((i + 1, (alive + held) * g + back[i] * w))
+        else:  # the output side's bucket comes first, the embedding's last
+            out.append((len(units) if k == 0 and ends[1] else 0, (alive + held) * g))
+    return tuple(out)

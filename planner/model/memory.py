@@ -27,7 +27,9 @@ copies each 16-bit gradient it updates into fp32, Muon orthogonalises one matrix
 precision-aware optimizer unscales its 16-bit states into fp32 (`rank_states.step_bytes`); a
 stage's peak is the larger of the two (`StageMemory.total`).
 
-Buffers, fixed costs and what the allocator counts: `planner.model.buffers`. Allocator
+Megatron-FSDP's unit buffers: what they add to the activations' peak at the moment the two
+peak together (`planner.model.fsdp_coupling`). Buffers, fixed costs and what the allocator
+counts: `planner.model.buffers`. Allocator
 fragmentation (FRAGMENTATION) is on activations and transient buffers.
 """
 
@@ -43,6 +45,7 @@ from planner.inputs.plan import Job
 from planner.model import (
     buffers,
     fsdp2,
+    fsdp_coupling,
     graph_pool,
     pools,
     stage_activations,
@@ -52,7 +55,7 @@ from planner.model import (
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.memory_report import MemoryReport, StageMemory, new_stage
-from planner.model.rank_states import rank_state, step_bytes
+from planner.model.rank_states import fsdp_profile, rank_state, step_bytes
 from planner.model.schedule import Chunks, layer_count
 from planner.model.shard import Shard
 from planner.model.stage_activations import PerLayer, per_layer, shard
@@ -110,7 +113,16 @@ def stage_memory(
     copy = step_bytes(job, layout, rank, chunks)  # exact bytes: not scaled
     if copy:  # per-layer CUDA graphs' pool stays reserved beside the step's copies
         copy += graph_pool.step_pool_bytes(job, layout, rank, chunks, acts, ACTIVATION_SCALE)
-    transient *= ACTIVATION_SCALE
+    # Megatron-FSDP's unit buffers: in the backward what they add to the activations' peak at
+    # the moment they peak together (`fsdp_coupling`); at the step their largest, as before
+    # (torchtitan's FSDP2 buffers, `fsdp2.states`, have no profile: counted whole)
+    added = transient
+    profile = fsdp_profile(job, layout, rank, chunks) if transient else ()
+    if profile:
+        added = fsdp_coupling.coupled(profile, _freed(job, layout, rank, chunks, (sh, per), shards))
+    if copy:
+        copy += (transient - added) * ACTIVATION_SCALE
+    transient = added * ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
     counted += buffers.dataloader_mask_bytes(job, layout, rank)  # Megatron-LM's default
@@ -168,18 +180,60 @@ def _activations(
     key = (*_ACTIVATIONS_VALUES(layout.__dict__), rank)
     acts = memo.get(key)
     if acts is None:
-        sh, per = known
-        if sh is None and shards is not None:
-            sh, per = shards()
-        sh = sh or shard(job, layout)
-        per = per or per_layer(job.arch, sh)
-        quantised = None
-        if sh.quantised and bf16_ranges(job, chunks):  # unquantised inputs (bf16_layers)
-            quantised, sh = per, replace(sh, linear_bytes=sh.value_bytes)
-            per = per_layer(job.arch, sh)
+        sh, per, quantised = _layer_bytes(job, layout, chunks, known, shards)
         parts = stage_activations.remembered_parts(job, layout, rank, chunks, sh, per, quantised)
         acts = memo[key] = stage_activations.peak_bytes(job, layout, rank, sh, per, parts)
     return acts
+
+
+def _layer_bytes(
+    job: Job,
+    layout: Layout,
+    chunks: Chunks,
+    known: tuple[Shard | None, PerLayer | None],
+    shards: Callable[[], tuple[Shard, PerLayer]] | None,
+) -> tuple[Shard, PerLayer, PerLayer | None]:
+    """The layout's `shard` and `per_layer` (`known` where the caller has them, else from
+    `shards`, else made here), and where the rank's `chunks` hold bf16 layers among quantised
+    ones, those of the unquantised layers with the quantised ones' third (else None)."""
+    sh, per = known
+    if sh is None and shards is not None:
+        sh, per = shards()
+    sh = sh or shard(job, layout)
+    per = per or per_layer(job.arch, sh)
+    quantised = None
+    if sh.quantised and bf16_ranges(job, chunks):  # unquantised inputs (bf16_layers)
+        quantised, sh = per, replace(sh, linear_bytes=sh.value_bytes)
+        per = per_layer(job.arch, sh)
+    return sh, per, quantised
+
+
+_FREED: JobMemo[tuple[object, ...], tuple[fsdp_coupling.Freed, ...]] = JobMemo()
+"""`_freed` per job and `_ACTIVATIONS`' key (what it reads, the layer bytes and the split, is
+among what the activations read)."""
+_ACTIVATIONS.clears(_FREED)
+
+
+def _freed(
+    job: Job,
+    layout: Layout,
+    rank: int,
+    chunks: Chunks,
+    known: tuple[Shard | None, PerLayer | None],
+    shards: Callable[[], tuple[Shard, PerLayer]] | None,
+) -> tuple[fsdp_coupling.Freed, ...]:
+    """Each chunk's activations freed by count of its layers holding
+    (`fsdp_coupling.chunk_freed`), remembered (`_FREED`)."""
+    memo = _FREED.of(job)
+    key = (*_ACTIVATIONS_VALUES(layout.__dict__), rank)
+    hit = memo.get(key)
+    if hit is None:
+        sh, per, quantised = _layer_bytes(job, layout, chunks, known, shards)
+        index = {kind: j for j, kind in enumerate(job.arch.kinds)}
+        kinds = [index[k] for k in job.arch.layer_kinds]
+        blended = quantised is not None
+        hit = memo[key] = fsdp_coupling.chunk_freed(kinds, layout, chunks, sh, per, blended)
+    return hit
 
 
 _PEAK_RANKS: ModelMemo[tuple[object, ...], tuple[int, ...]] = ModelMemo()

@@ -60,17 +60,37 @@ def rank_state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     gathered, transient buffers) bytes on one GPU of pipeline rank `rank`: all but the
     activations and fixed costs, so the same at every micro-batch size, recompute policy,
     offloading, dispatcher and TP overlap."""
-    memo = _STATES.of(job)
+    memo, key = _STATES.of(job), _key(job, layout, rank)
+    if key not in memo:
+        memo[key] = _state_of(job, layout, rank, chunks)
+    return memo[key]
+
+
+_PROFILES: JobMemo[tuple[object, ...], megatron_fsdp.Profile] = JobMemo()
+"""`fsdp_profile` per job and `rank_state`'s key."""
+
+
+def fsdp_profile(job: Job, layout: Layout, rank: int, chunks: Chunks) -> megatron_fsdp.Profile:
+    """Megatron-FSDP's unit buffers at each moment of a micro-batch's step on one GPU of pipeline
+    rank `rank` (`megatron_fsdp.profile_and_resident`; () below ZeRO 2 and under torchtitan):
+    `rank_state`'s transient is its largest moment; `memory.stage_memory` couples it with the
+    activations held at each moment (`fsdp_coupling`)."""
+    memo, key = _PROFILES.of(job), _key(job, layout, rank)
+    if key not in memo:
+        fsdp = job.framework != "torchtitan" and layout.zero_stage >= 2
+        memo[key] = megatron_fsdp.profile_and_resident(job, layout, rank, chunks)[0] if fsdp else ()
+    return memo[key]
+
+
+def _key(job: Job, layout: Layout, rank: int) -> tuple[object, ...]:
+    """What `rank_state` reads of a layout, with the rank."""
     lay = layout
     # under Muon, with the buffers' bucketing (muon_layout)
     buckets = (lay.overlap_grad_reduce, lay.ddp_bucket_size, lay.ddp_num_buckets)
     key: tuple[object, ...] = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage)
     fsdp = (lay.fsdp_double_buffer, lay.suggested_communication_unit_size, *buckets)
     key += (lay.split_key(), rank, *(buckets if job.optimizer == "muon" else ()))
-    key += fsdp if lay.zero_stage >= 2 else ()  # Megatron-FSDP's buffers (megatron_fsdp)
-    if key not in memo:
-        memo[key] = _state_of(job, layout, rank, chunks)
-    return memo[key]
+    return key + (fsdp if lay.zero_stage >= 2 else ())  # Megatron-FSDP's buffers (megatron_fsdp)
 
 
 def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:

@@ -179,9 +179,11 @@ FSDP_QUEUE_405B = (
     "(megatron_fsdp.py:420-444 d98e8a64): the backward holds the output layer's gradient bucket"
     " and three padded layers' in the reduce-scatter queue (pgb:3935-3948, 10.9 GiB) beside two"
     " gathered layers (5.9) and the embedding and output layer gathered all step (3.9; "
-    "planner/model/megatron_fsdp.py): 265.8 GiB by planner's bound (the queue's peak added to "
-    "the activations' peak), about 261.4 at the exact coupling (two layers' backward, 4.4 GiB "
-    "of activations, freed by then), against B300's usable 260.5 and physical 268.6; undecided "
+    "planner/model/megatron_fsdp.py): 265.8 GiB with the queue coupled with the activations it "
+    "drains (planner/model/fsdp_coupling.py), the same as the bound: with 40 of 126 layers "
+    "offloaded Transformer Engine reloads one as each layer's backward frees one "
+    "(cpu_offload.py:538-539, :616-624, :646-647 d0067d0d), so the 86 layers' 170.8 GiB stay "
+    "held while the queue fills; against B300's usable 260.5 and physical 268.6; undecided "
     "(inside the 3% headroom)"
 )
 DO_NOT_FIT = {

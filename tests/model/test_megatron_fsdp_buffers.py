@@ -25,8 +25,9 @@ from planner.emit import megatron
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan
-from planner.model import megatron_fsdp
-from planner.model.rank_states import rank_state
+from planner.model import buffers, fsdp2, megatron_fsdp, memory
+from planner.model.rank_states import rank_state, step_bytes
+from planner.model.stage_activations import per_layer, shard
 
 # Llama 3.1 8B at tp 1: a decoder layer 2 x 4,096^2 (q, o) + 2 x 4,096 x 1,024 (k, v)
 # + 3 x 4,096 x 14,336 (gate, up, down) + 2 x 4,096 (norms) = 218,112,000 elements; the
@@ -77,6 +78,43 @@ def test_llama8b_zero3_window_queue_and_outside_units() -> None:
     assert (fwd, back[16], back[2]) == pytest.approx((4 * U, 4 * U, 3 * U))
     steps = megatron_fsdp.backward_steps([(U, 0.0)] * 32, 0.0, 0.0)
     assert max(megatron_fsdp.queue_alive(steps, 1e9)) == pytest.approx(6 * U)
+
+
+def test_llama8b_zero3_queue_coupled_with_the_activations_it_drains() -> None:
+    """The buffers above beside the activations held at each moment (no recompute, pp 1: every
+    micro-batch's backward starts with its 32 layers' b bytes held, the queue empty,
+    megatron_fsdp.py:876-901; a layer's backward frees them). A = the activations' peak; bf16
+    gradients and weights, 2 B; j counts the backward's steps:
+      j = 0  output layer's bucket   A                 + TAIL x 2
+      j = 1  layer 31                A                 + (TAIL + U) x 2  + 4U x 2
+      j = 2  layer 30                A - b             + (TAIL + 2U) x 2 + 4U x 2
+      j = 3  layer 29                A - 2b            + (TAIL + 3U) x 2 + 4U x 2
+      j = 4  layer 28                A - 3b            + (TAIL + 4U) x 2 + 4U x 2   (the bound)
+      j = 5  layer 27                A - 4b            + 5U x 2          + 4U x 2
+    (j = 5: the queue TAIL + 3U > C popped TAIL at j = 4, then 4U <= C stays, with the layer's
+    own). The forward holds at most A + 4U x 2. Each step adds 2U x 2 B of gradients while it
+    frees b, and b > 2U x 2 = 0.87 GB (asserted: a layer's activations of 8,192 tokens), so the
+    peak is j = 1: the buffers add (TAIL + U) x 2 + 4U x 2 to A, not j = 4's (TAIL + 4U) x 2 +
+    4U x 2 (before: that bound, 1.3 GB more). At the optimizer step the buffers' largest stays
+    counted beside the step's copies, as before."""
+    job, lay, chunks = _llama8b()
+    b = per_layer(job.arch, shard(job, lay)).kept[0]
+    assert b > 2 * U_PAD * 2  # the premise: each step frees more than it queues
+    steps = [(TAIL_PAD, 0.0, 0)] + [(TAIL_PAD + j * U_PAD, 4 * U_PAD, j - 1) for j in (1, 2, 3, 4)]
+    steps.append((5 * U_PAD, 4 * U_PAD, 4))
+    added = [(queued + window) * 2 - done * b for queued, window, done in steps]
+    assert max(added) == added[1] == (TAIL_PAD + U_PAD) * 2 + 4 * U_PAD * 2
+    bound = (TAIL_PAD + 4 * U_PAD) * 2 + 4 * U_PAD * 2
+    _, _, _, cache, transient = rank_state(job, lay, 0, chunks)
+    assert transient == pytest.approx(bound)
+    st = memory.stage_memory(job, lay, 0, chunks)
+    frag = memory.fragmentation(job)
+    counted, outside = buffers.fixed_bytes(job, lay)
+    counted += fsdp2.pipeline_buffers(job, lay, 0) + buffers.dataloader_mask_bytes(job, lay, 0)
+    assert st.other == pytest.approx(cache + added[1] * frag + counted + outside)
+    copy = step_bytes(job, lay, 0, chunks)
+    assert copy > 0  # bf16 gradients: Megatron-FSDP's fp32 copy at the step
+    assert st.grad_copy == pytest.approx((copy + bound - added[1]) * frag)
 
 
 def test_llama8b_double_buffer_holds_two_units_each_way() -> None:
