@@ -34,6 +34,7 @@ from planner.inputs.job_request import JobArgs, name_flags
 from planner.inputs.layout import Layout
 from planner.inputs.megatron_line import flags_named
 from planner.inputs.plan import Job, Plan, load_plan, parse_plan
+from planner.inputs.torchtitan_keys import keys_named
 from planner.model import cost, host_memory, memory
 from planner.search import advice, host_advice
 from planner.search.rules import check_plan
@@ -126,7 +127,10 @@ def titan_plan(
     if titan_config is not None:
         if framework is not None:
             raise InputError("check: --torchtitan-config: not with --framework")
-        return check_plan(torchtitan_config.load(titan_config, gpu, num_gpus))
+        try:
+            return check_plan(torchtitan_config.load(titan_config, gpu, num_gpus))
+        except InputError as e:  # the plan's rules, named by the TOML's keys
+            raise InputError(keys_named(str(e), titan_config)) from None
     if plan_path is None or framework not in ("megatron", "torchtitan"):
         raise InputError(
             f"check: --framework: megatron or torchtitan, with PLAN (got {framework!r})"

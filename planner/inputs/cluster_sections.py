@@ -24,6 +24,7 @@ from planner.inputs.hardware import (
     MIN_LINK_GB_PER_S,
     LinkTier,
 )
+from planner.inputs.plan_counts import Degree
 
 
 class PoolSection(BaseModel):
@@ -45,7 +46,7 @@ class PoolSection(BaseModel):
     )
     tiers: tuple[LinkTier, ...] | None = None
     host_memory_gib_per_node: PositiveFloat | None = Field(default=None, le=MAX_HOST_MEMORY_GIB)
-    gpus_per_domain_used: PositiveInt | None = None
+    gpus_per_domain_used: Degree | None = None
     price_usd_per_gpu_hour: PositiveFloat | None = Field(
         default=None, description="None = the catalog GPU's price"
     )
@@ -93,7 +94,7 @@ class ClusterSection(BaseModel):
         le=MAX_HOST_MEMORY_GIB,
         description="host (CPU) memory per node, GiB, where it differs from the catalog's",
     )
-    gpus_per_domain_used: PositiveInt | None = Field(
+    gpus_per_domain_used: Degree | None = Field(
         default=None,
         description="GPUs the job uses of each innermost (NVLink) domain, 1..its span_gpus "
         "(Slurm --segment x GPUs per node); default: the catalog's for a multi-domain job "

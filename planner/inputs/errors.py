@@ -11,9 +11,10 @@ import json
 import math
 import re
 from pathlib import Path
-from typing import Any
+from types import UnionType
+from typing import Annotated, Any, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 EXIT_OK = 0
 EXIT_NO = 1
@@ -33,6 +34,15 @@ class InputError(PlannerError):
 def where(path: Path | str | None) -> str:
     """How a file is named in messages ("<inline>" when there is no file)."""
     return str(path) if path is not None else "<inline>"
+
+
+def named(message: str, where: str, names: dict[str, str]) -> str:
+    """An error about a plan read from another file (a command line, a torchtitan TOML), naming
+    the file's own word beside each plan field it names: `FILE: --global-batch-size
+    (training.global_batch_size): ...`; `names` plan field -> the file's word."""
+    for field, word in names.items():
+        message = message.replace(f"{where}: {field}: ", f"{where}: {word} ({field}): ")
+    return message
 
 
 SPELLED_ITEMS = 16
@@ -65,7 +75,7 @@ def spelled(value: Any, json_syntax: bool = False, depth: int = 0) -> str:
             inner = [f"{json.dumps(str(k))}: {spelled(v, True, depth + 1)}" for k, v in pairs]
             return "{" + ", ".join(inner + _more(len(value))) + "}"
         inner = [f"{k} = {spelled(v, False, depth + 1)}" for k, v in pairs]
-        return "{ " + ", ".join(inner + _more(len(value))) + " }"
+        return "{ " + ", ".join(inner + _more(len(value))) + " }" if inner else "{}"
     if isinstance(value, str) and len(value) > SPELLED_CHARS:  # a fuzzer's 30,000 characters
         head = json.dumps(value[:SPELLED_CHARS], ensure_ascii=False)
         return f"{head}... ({len(value):,} characters)"
@@ -122,8 +132,49 @@ def _loc(loc: tuple[int | str, ...], unknown_key: bool = False) -> str:
     return ".".join(parts) if parts else "(top level)"
 
 
-def from_validation(err: ValidationError, path: Path | str | None, prefix: str = "") -> InputError:
-    """Turn a pydantic error into one InputError: `file: field: message (got value)` per line."""
+def _inner(tp: Any) -> Any:
+    """An annotation without Annotated and None: its first member that is a table or an array
+    where it is a union (`X | None`, `tuple[...] | None`), else its first member."""
+    while get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) in (Union, UnionType):
+        members = [_inner(a) for a in get_args(tp) if a is not type(None)]
+        nested = [m for m in members if _is_model(m) or get_origin(m) in (tuple, list, dict)]
+        return (nested or members or [None])[0]
+    return tp
+
+
+def _is_model(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, BaseModel)
+
+
+def is_section(model: type[BaseModel] | None, loc: tuple[int | str, ...]) -> bool:
+    """Whether an error's location is a table of `model`'s file (the file itself, a section
+    such as `[training]`, a `[[cluster.pools]]` entry, a free table), not a value: where a
+    table is the value, the message does not quote it (its fields are named on their own)."""
+    tp: Any = model
+    for part in loc:
+        tp = _inner(tp)
+        if isinstance(part, int) and get_origin(tp) in (tuple, list):
+            args = [a for a in get_args(tp) if a is not Ellipsis]
+            tp = args[min(part, len(args) - 1)] if args else None
+        elif _is_model(tp) and isinstance(part, str) and part in tp.model_fields:
+            tp = tp.model_fields[part].annotation
+        elif not _UNION_MEMBER.fullmatch(str(part)):
+            return False
+    tp = _inner(tp)
+    return _is_model(tp) or get_origin(tp) is dict or tp is dict
+
+
+def from_validation(
+    err: ValidationError,
+    path: Path | str | None,
+    prefix: str = "",
+    model: type[BaseModel] | None = None,
+) -> InputError:
+    """Turn a pydantic error into one InputError: `file: field: message (got value)` per line;
+    a table's value is quoted only where a value was expected (`is_section`; with no `model`,
+    a table at the top level alone is a section)."""
     lines: list[tuple[str, str, str]] = []
     for e in err.errors():
         field = _loc(tuple(e["loc"]), e["type"] == "extra_forbidden")
@@ -138,7 +189,7 @@ def from_validation(err: ValidationError, path: Path | str | None, prefix: str =
             msg = msg.replace("'", '"')  # "Input should be 'bf16' or 'fp8'": the choices as TOML
         value: Any = e.get("input")
         shown = "" if e["type"] == "missing" else f" (got {spelled(value, is_json(path))})"
-        if isinstance(value, dict):
+        if isinstance(value, dict) and (not e["loc"] or is_section(model, tuple(e["loc"]))):
             shown = ""
         lines.append((field, f"{where(path)}: {field}: {msg}{shown}", msg))
     return InputError("\n".join(_collapsed(lines, where(path))))

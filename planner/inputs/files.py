@@ -144,4 +144,4 @@ def validate(cls: type[T], data: dict[str, Any], path: Path | str | None, prefix
     try:
         return cls.model_validate(data)
     except ValidationError as e:
-        raise from_validation(e, path, prefix) from None
+        raise from_validation(e, path, prefix, cls) from None

@@ -52,6 +52,7 @@ from planner.inputs import megatron_layout as layout
 from planner.inputs.errors import InputError
 from planner.inputs.files import is_file, read_file, read_text
 from planner.inputs.megatron_choices import held_notes, refuse_choices, refuse_stray_words
+from planner.inputs.megatron_fields import flag_of_field
 from planner.inputs.megatron_flags import (
     NOT_MODELLED,
     NOT_MODELLED_DEFAULTS,
@@ -98,8 +99,9 @@ class Reading:
     kind: str = "Megatron-LM flags"
     """What the line's settings are, in messages: Megatron-LM flags or NeMo overrides."""
     field_names: dict[str, str] | None = None
-    """The line's words for the plan fields errors name (`megatron_line.flags_named`): None,
-    Megatron-LM's flags (FLAG_OF_FIELD); a NeMo line's keys (`nemo_args.KEY_OF_FIELD`)."""
+    """The line's words for the plan fields errors name (`megatron_line.flags_named`):
+    Megatron-LM's flags (`megatron_fields.flag_of_field`), a NeMo line's keys
+    (`megatron_fields.KEY_OF_FIELD`); None: planner's field names alone."""
 
 
 def to_plan(
@@ -300,7 +302,14 @@ def _read(
         "training": training,
         "parallel": parallel,
     }
-    return Reading(doc, tuple(ignored), tuple(unknown), tuple(notes), tuple(missing))
+    return Reading(
+        doc,
+        tuple(ignored),
+        tuple(unknown),
+        tuple(notes),
+        tuple(missing),
+        field_names=flag_of_field(),
+    )
 
 
 def _other_parser(words: list[str], runs_model: bool) -> str:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from planner.inputs import pipeline_layout
-from planner.inputs.errors import InputError
+from planner.inputs.errors import InputError, spelled
 from planner.inputs.megatron_args_memory import mask_off
 from planner.inputs.megatron_startup import first_problem
 
@@ -104,7 +104,8 @@ def _position(line: Line, position: str) -> tuple[str, str] | None:
     longest, seq = line.integer("--max-position-embeddings"), line.integer("--seq-length")
     if longest is not None and seq is not None and longest < seq:
         return "--max-position-embeddings", (
-            f"{longest}: below --seq-length {seq} (validate_args asserts it at least that)"
+            f"{spelled(longest)}: below --seq-length {spelled(seq)} (validate_args asserts "
+            "it at least that)"
         )
     if line.integer("--mtp-num-layers") and position not in ("rope", "none"):
         return "--mtp-num-layers", (

@@ -29,6 +29,18 @@ PARALLEL_INT = {
     "--expert-tensor-parallel-size": "etp",
     "--micro-batch-size": "micro_batch_size",
 }
+LAYOUT_INT = {
+    "--ddp-bucket-size": "ddp_bucket_size",
+    "--ddp-num-buckets": "ddp_num_buckets",
+    "--cpu-offloading-num-layers": "cpu_offloading_num_layers",
+    "--microbatch-group-size-per-virtual-pipeline-stage": "microbatch_group_size_per_vp_stage",
+}
+"""Integer flags read as the `[parallel]` field of the same meaning, as they are."""
+DISPATCHER_TEXT = {
+    "--moe-token-dispatcher-type": "moe_token_dispatcher_type",
+    "--moe-flex-dispatcher-backend": "moe_flex_dispatcher_backend",
+}
+"""The MoE dispatcher's flags, read as the `[parallel]` fields' names."""
 _FSDP_STAGE = {strategy: stage for stage, strategy in FSDP_STRATEGY.items()}
 
 
@@ -98,15 +110,7 @@ def parallel(
     if out["zero_stage"] > 0:  # without a sharded optimizer the default is left unset
         out["overlap_param_gather"] = always or line.has("--overlap-param-gather")
     out.update(_recompute(line))
-    for flag, key in (
-        ("--ddp-bucket-size", "ddp_bucket_size"),
-        ("--ddp-num-buckets", "ddp_num_buckets"),
-        ("--cpu-offloading-num-layers", "cpu_offloading_num_layers"),
-        (
-            "--microbatch-group-size-per-virtual-pipeline-stage",
-            "microbatch_group_size_per_vp_stage",
-        ),
-    ):
+    for flag, key in LAYOUT_INT.items():
         value = line.integer(flag)
         if value is not None:
             out[key] = value
@@ -123,10 +127,7 @@ def parallel(
                              f"(got {share:g})")  # fmt: skip
         if share is not None:
             out["activation_offload_fraction"] = share
-    for flag, key in (
-        ("--moe-token-dispatcher-type", "moe_token_dispatcher_type"),
-        ("--moe-flex-dispatcher-backend", "moe_flex_dispatcher_backend"),
-    ):
+    for flag, key in DISPATCHER_TEXT.items():
         name = line.text(flag)
         if name is not None:
             out[key] = name

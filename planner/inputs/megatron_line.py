@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from typing import NamedTuple, TypeVar
 
 from planner.inputs import shell_run
-from planner.inputs.errors import InputError
+from planner.inputs.errors import InputError, named
 from planner.inputs.megatron_flags import READ, flag_specs
 from planner.inputs.shell_expand import not_known
 
@@ -362,27 +362,9 @@ def runs_trained_model(words: list[str]) -> bool:
     return bool(scripts) and all(_NOT_TRAINING.search(s) for s in scripts)
 
 
-FLAG_OF_FIELD = {
-    "parallel.tp": "--tensor-model-parallel-size",
-    "parallel.pp": "--pipeline-model-parallel-size",
-    "parallel.cp": "--context-parallel-size",
-    "parallel.ep": "--expert-model-parallel-size",
-    "parallel.etp": "--expert-tensor-parallel-size",
-    "parallel.micro_batch_size": "--micro-batch-size",
-    "parallel.pipeline_model_parallel_layout": "--pipeline-model-parallel-layout",
-    "training.global_batch_size": "--global-batch-size",
-    "training.seq_length": "--seq-length",
-}
-"""The Megatron-LM flag behind each plan field a layout error names, for a plan read from a
-command line (`flags_named`); fields two flags may set (vpp, the first / last stage's layers)
-are left as they are."""
-
-
-def flags_named(message: str, where: str, names: dict[str, str] | None = None) -> str:
-    """An error about the plan read from a command line, naming the flag beside the plan field
-    (`FILE: --pipeline-model-parallel-size (parallel.pp): ...`); `names` the line's own words
-    for the fields where it is not Megatron-LM's (a NeMo line's keys: `nemo_args.KEY_OF_FIELD`),
-    FLAG_OF_FIELD by default."""
-    for field, flag in (FLAG_OF_FIELD if names is None else names).items():
-        message = message.replace(f"{where}: {field}: ", f"{where}: {flag} ({field}): ")
-    return message
+def flags_named(message: str, where: str, names: dict[str, str] | None) -> str:
+    """An error about the plan read from a command line, naming the line's own word beside the
+    plan field (`FILE: --pipeline-model-parallel-size (parallel.pp): ...`): `names` plan field ->
+    word (`megatron_fields.flag_of_field` for Megatron-LM's flags, `KEY_OF_FIELD` for a NeMo
+    line's keys); None leaves the message as it is."""
+    return named(message, where, names or {})

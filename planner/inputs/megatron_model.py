@@ -139,7 +139,8 @@ def model_table(line: Line, notes: list[str], missing: list[str]) -> dict[str, A
                     "not read)"
                 )
             raise InputError(f"{where}: {flag}: required to size the model, but not given{why}")
-    model.setdefault("ffn_hidden_size", _default_ffn(model))
+    if "ffn_hidden_size" not in model:  # (setdefault would size it from any hidden size)
+        model["ffn_hidden_size"] = _default_ffn(model)
     _check_quick_geglu(line, model)
     return model
 
@@ -212,10 +213,12 @@ def _glu_fields(line: Line) -> dict[str, float]:
 
 
 def _default_ffn(model: dict[str, Any]) -> int:
-    """Megatron's default ffn_hidden_size: 4h, or int(4h x 2/3 / 64) x 64 with --swiglu."""
+    """Megatron's default ffn_hidden_size: 4h, or int(4h x 2/3 / 64) x 64 with --swiglu, in
+    integers (the same floor; a 400-digit hidden size overflows a float, and is then refused as
+    the model's hidden_size)."""
     h = int(model["hidden_size"])
     if model.get("gated_linear_unit"):
-        return int(4 * h * 2 / 3 / 64) * 64
+        return 8 * h // 3 // 64 * 64
     return 4 * h
 
 

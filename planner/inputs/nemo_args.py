@@ -21,8 +21,8 @@ from typing import Any
 
 from planner.inputs import catalog
 from planner.inputs.errors import InputError
+from planner.inputs.megatron_fields import KEY_OF_FIELD as KEY_OF_FIELD
 from planner.inputs.megatron_flags import megatron_flags
-from planner.inputs.megatron_line import FLAG_OF_FIELD
 from planner.inputs.megatron_values import layer_pattern
 from planner.inputs.megatron_vocab import PUBLIC_VOCAB
 from planner.inputs.nemo_keys import (
@@ -30,9 +30,7 @@ from planner.inputs.nemo_keys import (
     CLI,
     FACTORY,
     KEY,
-    PARALLEL,
     ROOTS,
-    TRAINING,
     NemoLine,
     classify,
     value_of,
@@ -53,15 +51,6 @@ class NemoReading:
     unknown: tuple[str, ...] = ()
     notes: tuple[str, ...] = ()
     not_modelled: tuple[str, ...] = ()
-
-
-KEY_OF_FIELD = {
-    **{f"parallel.{f}": k for k, f in PARALLEL.items() if f"parallel.{f}" in FLAG_OF_FIELD},
-    **{f"training.{f}": k for k, f in TRAINING.items() if f"training.{f}" in FLAG_OF_FIELD},
-}
-"""The NeMo key behind each plan field a layout error names (`megatron_line.flags_named`, as
-FLAG_OF_FIELD names a Megatron-LM line's flags): `trainer.strategy.tensor_model_parallel_size
-(parallel.tp)`, not a Megatron-LM flag the line does not hold."""
 
 
 def is_nemo_line(words: list[str]) -> bool:

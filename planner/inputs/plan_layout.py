@@ -290,7 +290,7 @@ def _torchtitan_recompute(job: Job, section: ParallelSection, layout: Layout, wh
         return layout
     if layout.recompute != "full":
         raise InputError(
-            f"{where}: torchtitan.selective_layer_every: {every} needs parallel.recompute = "
-            f'"full" (got "{layout.recompute}")'
+            f"{where}: torchtitan.selective_layer_every: {spelled(every)} needs "
+            f'parallel.recompute = "full" (got "{layout.recompute}")'
         )
     return stand_in(layout, job.arch.num_layers, every)

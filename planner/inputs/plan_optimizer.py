@@ -10,6 +10,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from planner.inputs.fields import Flag, NonNegativeFloat, PositiveInt
+from planner.inputs.plan_counts import MAX_NS_STEPS, Degree
 from planner.inputs.plan_types import MomentDtype, MuonPrecision, MuonTpMode
 
 
@@ -60,7 +61,7 @@ class OptimizerFields(BaseModel):
         "(fp32 moments on the GPU): the fp32 master of bf16 weights is kept as its 16-bit "
         "remainder and 16-bit gradients are read in place (no fp32 copy at the step)",
     )
-    optimizer_instances: PositiveInt = Field(
+    optimizer_instances: Degree = Field(
         default=1,
         description="Megatron --num-distributed-optimizer-instances: the optimizer states are "
         "sharded over the data-parallel group / this many instances",
@@ -84,6 +85,7 @@ class OptimizerFields(BaseModel):
     )
     muon_ns_steps: PositiveInt = Field(
         default=5,
+        le=MAX_NS_STEPS,
         description="Megatron --muon-num-ns-steps: Newton-Schulz iterations per matrix and step",
     )
     muon_tp_mode: MuonTpMode = Field(

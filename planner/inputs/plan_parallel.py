@@ -9,7 +9,7 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from planner.inputs.fields import Flag, Integer, NonNegativeFloat, NonNegativeInt, PositiveInt
+from planner.inputs.fields import Flag, Integer, NonNegativeFloat, PositiveInt
 from planner.inputs.layout import (
     CpCommType,
     Dispatcher,
@@ -20,6 +20,15 @@ from planner.inputs.layout import (
     RecomputeModule,
     ZeroStage,
 )
+from planner.inputs.plan_counts import (
+    MAX_BUCKET_PARAMS,
+    Batch,
+    BatchCount,
+    Degree,
+    LayerCount,
+    Layers,
+    Sms,
+)
 
 
 class ParallelSection(BaseModel):
@@ -27,17 +36,15 @@ class ParallelSection(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    tp: PositiveInt = 1
-    pp: PositiveInt = 1
-    cp: PositiveInt = 1
-    ep: PositiveInt = 1
-    etp: PositiveInt | None = None
-    vpp: PositiveInt | None = Field(
-        default=None, description="None = the layout's stages / pp, else 1"
-    )
-    dp: PositiveInt | None = None
+    tp: Degree = 1
+    pp: Degree = 1
+    cp: Degree = 1
+    ep: Degree = 1
+    etp: Degree | None = None
+    vpp: Layers | None = Field(default=None, description="None = the layout's stages / pp, else 1")
+    dp: Degree | None = None
     sequence_parallel: Flag | None = Field(default=None, description="None = on when tp > 1")
-    micro_batch_size: PositiveInt = 1
+    micro_batch_size: Batch = 1
     zero_stage: Annotated[ZeroStage, Integer] = 1
     recompute: Recompute = "none"
     recompute_modules: tuple[RecomputeModule, ...] | None = Field(
@@ -46,10 +53,10 @@ class ParallelSection(BaseModel):
     recompute_method: RecomputeMethod | None = Field(
         default=None, description="full recompute: uniform or block (None = uniform)"
     )
-    recompute_num_layers: PositiveInt | None = Field(
+    recompute_num_layers: Layers | None = Field(
         default=None, description="full recompute: group size or layers per stage (None = 1)"
     )
-    cpu_offloading_num_layers: NonNegativeInt = 0
+    cpu_offloading_num_layers: LayerCount = 0
     offload_modules: tuple[OffloadModule, ...] = Field(
         default=(), description="fine-grained activation offloading's modules (() = off)"
     )
@@ -62,7 +69,7 @@ class ParallelSection(BaseModel):
     )
     moe_token_dispatcher_type: Dispatcher = "alltoall"
     moe_flex_dispatcher_backend: FlexBackend = "deepep"
-    moe_flex_dispatcher_num_sms: PositiveInt | None = Field(
+    moe_flex_dispatcher_num_sms: Sms | None = Field(
         default=None,
         description="Megatron --moe-flex-dispatcher-num-sms: SMs of the flex dispatcher's "
         "dispatch / combine kernels (None = Megatron's default, 20; only read with flex)",
@@ -70,14 +77,14 @@ class ParallelSection(BaseModel):
     cp_comm_type: CpCommType = Field(
         default="p2p", description="context parallelism's exchange: p2p, a2a or all_gather"
     )
-    microbatch_group_size_per_vp_stage: PositiveInt | None = None
+    microbatch_group_size_per_vp_stage: Batch | None = None
     overlap_p2p_comm: Flag = Field(
         default=True,
         description="with vpp > 1, the interleaved schedule's pipeline sends overlap compute "
         "(Megatron's default; false: --no-overlap-p2p-communication, blocking batched "
         "exchanges, needs pp > 2); no effect at vpp 1; Megatron-LM and Megatron-Bridge only",
     )
-    pipeline_layers: tuple[PositiveInt, ...] | None = None
+    pipeline_layers: tuple[Layers, ...] | None = None
     pipeline_model_parallel_layout: str | None = Field(
         default=None,
         min_length=1,
@@ -103,7 +110,7 @@ class ParallelSection(BaseModel):
     overlap_grad_reduce: Flag = Field(
         default=True, description="Megatron --overlap-grad-reduce (planner launches with it)"
     )
-    dp_pools: PositiveInt = Field(
+    dp_pools: Degree = Field(
         default=1,
         description="pools the data-parallel replicas are split over (with pools: 1 = the "
         "pipeline crosses pools; their count = each pool runs dp / dp_pools whole replicas, "
@@ -114,6 +121,7 @@ class ParallelSection(BaseModel):
     )
     ddp_bucket_size: PositiveInt | None = Field(
         default=None,
+        le=MAX_BUCKET_PARAMS,
         description="parameters per data-parallel bucket (Megatron --ddp-bucket-size); unset: "
         "Megatron's default, max(40M, 1M x the data-parallel size)",
     )
@@ -122,7 +130,7 @@ class ParallelSection(BaseModel):
         description="Megatron --defer-embedding-wgrad-compute: the output layer's weight "
         "gradients run at the pipeline flush (needs pp > 1); the last stage holds their inputs",
     )
-    wgrad_deferral_limit: NonNegativeInt = Field(
+    wgrad_deferral_limit: BatchCount = Field(
         default=0,
         description="Megatron --wgrad-deferral-limit: output-layer calls per step whose weight "
         "gradient is deferred (0 = all)",
@@ -135,6 +143,7 @@ class ParallelSection(BaseModel):
     )
     ddp_num_buckets: PositiveInt | None = Field(
         default=None,
+        le=MAX_BUCKET_PARAMS,
         description="data-parallel buckets per model chunk (Megatron --ddp-num-buckets: each "
         "holds the chunk's parameters // this many); not with ddp_bucket_size",
     )
@@ -146,6 +155,7 @@ class ParallelSection(BaseModel):
     )
     suggested_communication_unit_size: PositiveInt | None = Field(
         default=None,
+        le=MAX_BUCKET_PARAMS,
         description="Megatron --suggested-communication-unit-size: Megatron-FSDP's gradient "
         "queue capacity in elements (half of it the all-gather prefetch); unset: Megatron-FSDP's "
         "own (at least 1e9)",

@@ -18,11 +18,13 @@ from planner.inputs.fields import (
     FiniteFloat,
     Flag,
     NonNegativeFloat,
-    NonNegativeInt,
     PositiveFloat,
     PositiveInt,
 )
 from planner.inputs.hardware import MAX_GPU_MEMORY_GIB
+from planner.inputs.plan_counts import MAX_GLOBAL_BATCH as MAX_GLOBAL_BATCH
+from planner.inputs.plan_counts import MAX_SEQ_LENGTH as MAX_SEQ_LENGTH
+from planner.inputs.plan_counts import Degree, Experts, LayerCount, Layers, SmCount, Steps, Tokens
 from planner.inputs.plan_optimizer import OptimizerFields
 from planner.inputs.plan_parallel import ParallelSection
 from planner.inputs.plan_types import (
@@ -38,19 +40,6 @@ from planner.inputs.plan_types import (
     UnfusedAttention,
 )
 from planner.inputs.torchtitan import Framework, TorchtitanSection
-
-MAX_GLOBAL_BATCH = 1 << 24
-"""Sequences per optimizer step: 16,777,216, thousands of times the batches published (Llama 3
-405B: 2,048 sequences of 8,192 tokens; even a billion-token batch of 128-token sequences is
-8 million). Bounds the search's enumeration of micro-batch sizes, as hardware.MAX_GPUS bounds its
-degrees."""
-
-
-MAX_SEQ_LENGTH = 1 << 24
-"""Tokens per sequence: 16,777,216, arch_fields.MAX_WINDOW's bound, above any sequence planner
-plans. A sequence of 2^35 tokens made the pipeline-split solver's integer step times overflow 64
-bits."""
-
 
 MAX_CAPACITY_FACTOR = 1e6
 """The largest expert capacity factor, rank token budget or paged-stash factor a plan takes: an
@@ -107,10 +96,10 @@ class TrainingSection(OptimizerFields):
         description="Megatron --fp8-recipe (default delayed): delayed or tensorwise (per-tensor "
         "scales), blockwise (128 x 128 / 1 x 128 blocks), mxfp8 (Blackwell, 1 x 32 blocks)",
     )
-    moe_router_num_groups: PositiveInt | None = Field(
+    moe_router_num_groups: Experts | None = Field(
         default=None, description="group-limited routing: expert groups (None = the model's)"
     )
-    moe_router_group_topk: PositiveInt | None = Field(
+    moe_router_group_topk: Experts | None = Field(
         default=None, description="groups a token may use (None = the model's)"
     )
     moe_expert_capacity_factor: PositiveFloat | None = Field(
@@ -269,18 +258,18 @@ class TrainingSection(OptimizerFields):
         "under Megatron every allocation is filled too (planner.model.determinism); needs "
         "loss_fusion = false and tp_comm_overlap = false",
     )
-    weight_hash_interval: NonNegativeInt = Field(
+    weight_hash_interval: Steps = Field(
         default=0,
         description="Megatron --check-weight-hash-across-dp-replicas-interval: every this many "
         "steps each rank copies its weights to the host and SHA-1s them there "
         "(planner.model.weight_hash); 0: never",
     )
-    bf16_layers_at_start: NonNegativeInt = Field(
+    bf16_layers_at_start: LayerCount = Field(
         default=0,
         description="fp8 / fp4: the first decoder layers that stay in bf16 (Megatron "
         "--first-last-layers-bf16 --num-layers-at-start-in-bf16)",
     )
-    bf16_layers_at_end: NonNegativeInt = Field(
+    bf16_layers_at_end: LayerCount = Field(
         default=0,
         description="fp8 / fp4: the last decoder layers that stay in bf16 "
         "(--num-layers-at-end-in-bf16)",
@@ -319,7 +308,7 @@ class TrainingSection(OptimizerFields):
         "alias --moe-router-padding-for-fp8; Megatron-Bridge "
         "model.moe_router_padding_for_quantization)",
     )
-    gemm_sm_margin: NonNegativeInt = Field(
+    gemm_sm_margin: SmCount = Field(
         default=0,
         description="NVTE_EXT_MARGIN_SM: SMs every Transformer Engine GEMM of the decoder leaves "
         "to the kernels overlapped with it (the GEMMs run on the GPU's SMs less this, all step); "
@@ -331,18 +320,18 @@ class TrainingSection(OptimizerFields):
         description="Megatron RL (--perform-rl-step): the rollout engine's KV cache on each GPU, "
         "GiB (--inference-dynamic-batching-buffer-size-gb)",
     )
-    rl_inference_parallel: tuple[PositiveInt, PositiveInt, PositiveInt, PositiveInt] | None = Field(
+    rl_inference_parallel: tuple[Degree, Degree, Degree, Degree] | None = Field(
         default=None,
         description="Megatron RL: (tp, pp, ep, etp) of a separate rollout model whose bf16 "
         "weights every GPU also holds (--rl-inference-*-parallel-size); None: no second copy",
     )
-    vision_encoder: tuple[PositiveInt, PositiveInt, PositiveInt] | None = Field(
+    vision_encoder: tuple[Layers, Tokens, Tokens] | None = Field(
         default=None,
         description="Megatron's LLaVA (pretrain_vlm.py): (layers, tokens per image, patch size) "
         "of its vision transformer, the language model's shape; seq_length is the language "
         "model's (text and image tokens)",
     )
-    t5_encoder: tuple[PositiveInt, PositiveInt] | None = Field(
+    t5_encoder: tuple[Layers, Tokens] | None = Field(
         default=None,
         description="Megatron's T5 (its example pretrain_t5.py): (encoder layers, encoder "
         "sequence length) of its encoder, the model's layer shape; the model's num_layers are "

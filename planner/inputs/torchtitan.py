@@ -38,6 +38,7 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.arch_fields import MAX_LAYERS
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.fields import Flag, NonNegativeFloat, NonNegativeInt, PositiveInt
+from planner.inputs.plan_counts import Batch, BatchCount, Degree, Tokens
 
 TORCHTITAN_COMMIT = "e347b1e5e6b6941d789d16d340145294d82dc71e"
 """pytorch/torchtitan commit whose torchtitan/config/job_config.py the emitted TOML follows."""
@@ -238,7 +239,7 @@ class TorchtitanSection(BaseModel):
         description="FSDP2 reshard_after_forward policy: default (reshard unless pipelining), "
         "always, never",
     )
-    dp_replicate: PositiveInt = Field(
+    dp_replicate: Degree = Field(
         default=1, description="HSDP replicas (data_parallel_replicate_degree); 1 = plain FSDP"
     )
     async_tp: Flag = Field(
@@ -280,19 +281,19 @@ class TorchtitanSection(BaseModel):
         "false: b5bcd76c's, which turns it off (distributed/utils.py:201-206). "
         "planner.model.determinism",
     )
-    validation_batch: NonNegativeInt = Field(
+    validation_batch: BatchCount = Field(
         default=0,
         description="[validation] enable: its local_batch_size (e347b1e5 job_config.py:960, "
         "default 8), run after a step beside the states (planner.model.titan_validation); 0: "
         "no validation",
     )
-    validation_seq_len: PositiveInt = Field(
+    validation_seq_len: Tokens = Field(
         default=2048, description="[validation] seq_len (job_config.py:963, default 2048)"
     )
     cp_load_balance: Flag = Field(
         default=True, description="context_parallel_load_balancer headtail (false: None)"
     )
-    loss_chunks: PositiveInt = Field(
+    loss_chunks: Tokens = Field(
         default=1,
         description="the loss over this many chunks of a micro-batch's tokens (torchtitan's "
         "ChunkedLossWrapper num_chunks: 8 in every baseline since it came, the Python "
@@ -312,7 +313,7 @@ class TorchtitanSection(BaseModel):
         description="MTPLoss.Config(mtp_scale=...), the MTP losses' weight (b5bcd76c "
         "models/deepseek_v3/mtp.py:324-326; no bearing on memory or time)",
     )
-    gradient_accumulation_steps: PositiveInt = Field(
+    gradient_accumulation_steps: Batch = Field(
         default=1,
         description="with pipelining, the pipeline schedules a step runs, k: torchtitan's "
         "gradient_accumulation_steps, global_batch_size / (local_batch_size x dp) (e347b1e5 "

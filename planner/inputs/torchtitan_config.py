@@ -31,12 +31,13 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from planner.inputs import catalog, torchtitan_float8, torchtitan_toml
+from planner.inputs import catalog, torchtitan_float8, torchtitan_keys, torchtitan_toml
 from planner.inputs import torchtitan_refusals as refusals
 from planner.inputs.errors import InputError, spelled
 from planner.inputs.files import parse_toml, read_file
 from planner.inputs.plan import Plan, parse_plan
 from planner.inputs.torchtitan import COMPILE_LOSS_KEY, MODELS, MOE_MODELS, check_reduce_dtype
+from planner.inputs.torchtitan_degrees import degree, degrees
 from planner.inputs.torchtitan_pipeline import batches, get, pipeline
 
 FLAVORS = {v: k for k, v in MODELS.items()}
@@ -106,51 +107,6 @@ def _read(
     return _document(doc, text, where, gpu, num_gpus, notes, True), notes
 
 
-def _degree(doc: dict[str, Any], where: str, key: str) -> int:
-    """A parallelism degree (default 1): at least 1, as torchtitan's ParallelDims asserts for
-    every degree but dp_shard (distributed/parallel_dims.py:45-46 at e347b1e5, :175-176 at
-    b5bcd76c: "Parallelism degree should be >= 1, except for dp_shard"), whether or not it is
-    used (an expert degree of a dense model too)."""
-    value = get(doc, where, "parallelism", key, int, 1)
-    if value < 1:
-        raise InputError(
-            f"{where}: parallelism.{key}: must be at least 1 (got {value}): torchtitan's "
-            "ParallelDims asserts every degree but data_parallel_shard_degree >= 1"
-        )
-    return int(value)
-
-
-def _degrees(doc: dict[str, Any], where: str, num_gpus: int | None) -> dict[str, int]:
-    """replicate, shard (-1 resolved), tp, pp, cp and the GPUs they multiply to."""
-
-    rep = _degree(doc, where, "data_parallel_replicate_degree")
-    shard = get(doc, where, "parallelism", "data_parallel_shard_degree", int, -1)
-    tp, pp, cp = (
-        _degree(doc, where, "tensor_parallel_degree"),
-        _degree(doc, where, "pipeline_parallel_degree"),
-        _degree(doc, where, "context_parallel_degree"),
-    )
-    if shard < 1 and shard != -1:
-        raise InputError(
-            f"{where}: parallelism.data_parallel_shard_degree: must be at least 1, or -1 for "
-            f"the GPUs the other degrees leave (got {shard})"
-        )
-    if shard == -1:
-        if num_gpus is None:
-            raise InputError(
-                f"{where}: parallelism.data_parallel_shard_degree: {shard} (the rest) needs "
-                "--num-gpus"
-            )
-        shard = num_gpus // (rep * tp * pp * cp)
-    world = rep * shard * tp * pp * cp
-    if num_gpus is not None and num_gpus != world:
-        raise InputError(
-            f"{where}: parallelism: the degrees multiply to {world} GPUs (replicate {rep} x shard "
-            f"{shard} x cp {cp} x tp {tp} x pp {pp}), not --num-gpus {num_gpus}"
-        )
-    return {"rep": rep, "shard": shard, "tp": tp, "pp": pp, "cp": cp, "world": world}
-
-
 def _document(
     doc: dict[str, Any],
     text: str,
@@ -176,11 +132,11 @@ def _document(
     def par(key: str, default: Any, kind: type = int) -> Any:
         return get(doc, where, "parallelism", key, kind, default)
 
-    d = _degrees(doc, where, num_gpus)
+    d = degrees(doc, where, num_gpus)
     rep, shard, tp, pp, cp = d["rep"], d["shard"], d["tp"], d["pp"], d["cp"]
     seq = get(doc, where, "training", "seq_len", int, 2048)
     if toml:
-        ep = _degree(doc, where, "expert_parallel_degree")
+        ep = degree(doc, where, "expert_parallel_degree")
         torchtitan_toml.era_refusal(where, name, {**d, "ep": ep}, seq)
         refusals.toml_era(where, doc, pp, ep)
     else:
@@ -251,8 +207,8 @@ def _document(
         titan["num_mtp_layers"] = mtp
         titan["mtp_scale"] = get(doc, where, "loss", "mtp_scale", float, 0.3)
     parallel: dict[str, Any] = {"tp": tp, "pp": pp, "cp": cp, "dp": dp}
-    ep = _degree(doc, where, "expert_parallel_degree")
-    etp = _degree(doc, where, "expert_tensor_parallel_degree")
+    ep = degree(doc, where, "expert_parallel_degree")
+    etp = degree(doc, where, "expert_tensor_parallel_degree")
     backend = par("expert_parallel_comm_backend", "standard", str)
     flex = ep > 1 and backend == "deepep"
     if toml:
@@ -389,5 +345,9 @@ def load(path: Path, gpu: str | None, num_gpus: int | None, text: str | None = N
     on what it reads otherwise than the file says as `Plan.inert` (written as warnings);
     `text`, a TOML's text in place of the file's (`_read`)."""
     doc, notes = _read(path, gpu, num_gpus, text)
-    plan = parse_plan(doc, path)
+    try:
+        plan = parse_plan(doc, path)
+    except InputError as e:  # named by the TOML's keys
+        tables = None if text is None else parse_toml(text, str(path))
+        raise InputError(torchtitan_keys.keys_named(str(e), path, tables)) from None
     return replace(plan, inert=plan.inert + tuple(notes)) if notes else plan

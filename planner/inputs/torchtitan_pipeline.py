@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from planner.inputs import pipeline_layout
 from planner.inputs.errors import InputError, spelled
+from planner.inputs.plan_counts import MAX_GLOBAL_BATCH
 from planner.inputs.torchtitan import SINGLE_STAGE, TORCHTITAN_COMMIT, V_SHAPED, default_schedule
 
 if TYPE_CHECKING:
@@ -62,13 +63,16 @@ def batches(
     step_field = (
         "training.global_batch_size" if toml else "config.training.num_tokens_per_train_step"
     )
-    if toml and local < 1:
-        raise InputError(f"{where}: training.local_batch_size: must be at least 1 (got {local})")
+    if toml and not 1 <= local <= MAX_GLOBAL_BATCH:
+        raise InputError(
+            f"{where}: training.local_batch_size: must be 1 to {MAX_GLOBAL_BATCH:,} (got "
+            f"{spelled(local)})"
+        )
     if toml and given == 0:  # train.py:201 asserts global_batch_size > 0
         raise InputError(f"{where}: {step_field}: must be positive, or -1 (got 0)")
     if pp > 1 and toml and (mbs < 1 or local % mbs):
         raise InputError(
-            f"{where}: parallelism.pipeline_parallel_microbatch_size: {mbs}: torchtitan "
+            f"{where}: parallelism.pipeline_parallel_microbatch_size: {spelled(mbs)}: torchtitan "
             f"{TORCHTITAN_COMMIT[:8]} raises unless it divides training.local_batch_size "
             f"({local}) (distributed/pipeline_parallel.py:186-193)"
         )
@@ -77,7 +81,8 @@ def batches(
     if gbs % (local * dp):
         if toml:
             raise InputError(
-                f"{where}: {step_field}: {gbs} is not a multiple of training.local_batch_size x "
+                f"{where}: {step_field}: {spelled(gbs)} is not a multiple of "
+                "training.local_batch_size x "
                 f"dp ({local} x {dp}): torchtitan {TORCHTITAN_COMMIT[:8]} asserts it "
                 "(train.py:201-209)"
             )

@@ -212,10 +212,14 @@ def test_cluster_figures_out_of_any_gpus_range(tmp_path: Path, extra: str, field
 
 def test_more_virtual_stages_than_layers(tmp_path: Path) -> None:
     """vpp 2^31 on Llama 3.1 8B's 32 layers built 2^32 chunks before any rule was asked (a
-    fuzzer's hang); pp x vpp is at most the layers and the embedding and loss (34)."""
+    fuzzer's hang); pp x vpp is at most the layers and the embedding and loss (34). vpp is
+    refused above arch_fields.MAX_LAYERS (10,000) where the plan is read (plan_counts.Layers)."""
     parallel = "[parallel]\npp = 2\nvpp = 2147483648\npipeline_layers = [16, 16]\n"
     msg = load_error(write(tmp_path, plan_text(parallel=parallel)))
-    assert f"{tmp_path / 'plan.toml'}: parallel.vpp: 2147483648: pp x vpp = 4294967296" in msg
+    assert f"{tmp_path / 'plan.toml'}: parallel.vpp: Input should be less than or equal to " in msg
+    parallel = "[parallel]\npp = 2\nvpp = 9999\npipeline_layers = [16, 16]\n"
+    msg = load_error(write(tmp_path, plan_text(parallel=parallel)))
+    assert f"{tmp_path / 'plan.toml'}: parallel.vpp: 9999: pp x vpp = 19998" in msg  # 2 x 9999
     ok = "[parallel]\npp = 2\nvpp = 16\n"  # one layer a chunk
     load_plan(write(tmp_path, plan_text(parallel=ok), "ok.toml"))
 
