@@ -29,9 +29,10 @@ fsdp/src/megatron_fsdp/ (pgb: param_and_grad_buffer.py).
 - Double buffering (`Layout.fsdp_double_buffer`): a fixed pool of two units' buffers for the
   parameters and two for the gradients (pgb:2524-2576), kept once allocated; the queue keeps
   at most two units with the incoming one (pgb:3956-3978) and the prefetch stops at two
-  (pgb:4420-4432, :4475-4485). The buffers outside units use the backup allocator. The units
-  are taken as one symmetric set of the largest unit's size (the pool's, the safe side), and
-  beside the pool one bucket outside units (the output side's or the embedding's; `held`).
+  (pgb:4420-4432, :4475-4485). The pool's units are the most numerous group of one shape; the
+  others, and the buckets outside units, use the backup allocator (`double_buffered`): beside
+  the pool two of the largest other units and one bucket outside units (the output side's or
+  the embedding's; `held`).
 
 Coupling with the activations: `profile_and_resident` gives the buffers at each moment of a
 micro-batch's forward and backward through a chunk, with how many of its layers hold that
@@ -247,15 +248,34 @@ def profile_and_resident(
         split = bucket is not None and not (head and tail and head < bucket)
         held = head + tail if tail and not split else 0.0
         if layout.fsdp_double_buffer:
-            largest = max((d + e for d, e in units), default=0.0)
+            alive = double_buffered(units)
             outside = held or max(head, tail)
-            unit_params = 2 * largest if zero3 else 0.0
-            out.append(((None, (2 * largest + outside) * g + unit_params * w),))
+            unit_params = alive if zero3 else 0.0
+            out.append(((None, (alive + outside) * g + unit_params * w),))
             continue
         size = unit_size(job, layout, raw[c], total)
         ends = (head if split or not held else 0.0, 0.0 if held else tail)
         out.append(chunk_moments(units, ends, held, size, zero3, (g, w)))
     return tuple(out), (first + last) * w if zero3 else 0.0
+
+
+def double_buffered(units: list[Unit]) -> float:
+    """Unit elements alive at once under double buffering (the gradients' and, at ZeRO 3, the
+    parameters' alike): the fixed pool's two buffers of the most numerous group of units whose
+    buckets are equal in number and size (FixedPoolAllocator, pgb:676-698: the first such group
+    in unit order where counts tie; `_is_two_bucket_group_equal`, :747-759), kept once
+    allocated (:855-860), and beside it the units outside that group, allocated apart by the
+    backup allocator (:842-848): two of the largest of them at most, as the prefetch and the
+    queue stop at two units (pgb:4420-4432, :3956-3978)."""
+    shapes: dict[tuple[float, ...], int] = {}
+    for d, e in units:
+        key = tuple(x for x in (d, e) if x)
+        shapes[key] = shapes.get(key, 0) + 1
+    if not shapes:
+        return 0.0
+    pool = max(shapes, key=lambda k: shapes[k])  # the first of the most numerous
+    apart = sorted((d + e for d, e in units if tuple(x for x in (d, e) if x) != pool), reverse=True)
+    return 2 * sum(pool) + sum(apart[:2])
 
 
 def chunk_moments(

@@ -13,7 +13,8 @@ pipelining) through the layers one at a time, then the loss on all its logits at
 `validation_bytes`, beside the states, the larger of
 - one layer's forward: the residual stream in and out (2 T h) and the MLP's three [T, f / tp]
   tensors alive at its product (w1's output through silu, w3's, and their product: 3 T f / tp;
-  a MoE layer's routed tokens, T x topk / ep, through the expert width), in bf16;
+  a MoE layer's routed tokens, T x topk, through the expert width: each rank receives as many
+  routed copies as it sends, on average, whatever ep), in bf16;
 - on the last stage, the final norm's output (T h) and the loss over the local logits,
   VALIDATION_LOSS_BYTES_PER_LOGIT each (eager, tp 1), COMPILED_VALIDATION_LOSS_BYTES_PER_LOGIT
   (the loss compiled), LOSS_PARALLEL_FORWARD_BYTES_PER_LOGIT (loss_parallel at tp > 1), or with
@@ -65,7 +66,7 @@ def validation_bytes(job: Job, layout: Layout, last: bool) -> float:
     t = tokens(job, layout)
     h = arch.hidden_size
     if arch.num_moe_experts:
-        mlp = 3 * t * arch.moe_router_topk / layout.ep * arch.expert_ffn / tp
+        mlp = 3 * t * arch.moe_router_topk * arch.expert_ffn / tp
     else:
         mlp = 3 * t * arch.ffn_hidden_size / tp
     layer = BF16 * (2 * t * h + mlp)

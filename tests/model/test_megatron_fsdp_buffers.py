@@ -253,3 +253,18 @@ def test_bad_values_are_refused() -> None:
                 },
             }
         ).require_layout()
+
+
+def test_the_double_buffer_pool_takes_the_most_numerous_shape() -> None:
+    # FixedPoolAllocator (pgb:676-698 d98e8a64) pools the most numerous group of units with
+    # equal buckets (the first in unit order where counts tie); the others are allocated apart
+    # (:842-848), two at most beside the pool (the prefetch and the queue stop at two units).
+    # DeepSeek-V2-Lite's shape: one dense layer of 81 beside 26 MoE layers of (31, 34): the
+    # pool is two MoE units and the dense layer sits beside it: 2 x (31 + 34) + 81 = 211
+    assert megatron_fsdp.double_buffered([(81.0, 0.0)] + 26 * [(31.0, 34.0)]) == 211.0
+    # three dense layers of 50 beside 58 MoE layers of (20, 30): 2 x 50 + 2 x 50 = 200
+    assert megatron_fsdp.double_buffered(3 * [(50.0, 0.0)] + 58 * [(20.0, 30.0)]) == 200.0
+    # a tie: the first shape pools, the second is apart: 2 x 10 + 20 = 40
+    assert megatron_fsdp.double_buffered([(10.0, 0.0), (20.0, 0.0)]) == 40.0
+    # one shape: the pool alone, two units
+    assert megatron_fsdp.double_buffered(4 * [(7.0, 0.0)]) == 14.0

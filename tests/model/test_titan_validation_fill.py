@@ -18,6 +18,7 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
 from jobs import job
 
 from planner.inputs import torchtitan_config
@@ -103,3 +104,21 @@ def test_the_rotate_method_is_noted_not_planned(tmp_path: Path) -> None:
     assert "set_rotate_method" in notes["parallelism.context_parallel_rotate_method"]
     path.write_text(cp.replace("[parallelism]\n", f'[parallelism]\n{text}"allgather"\n'))
     assert not torchtitan_config.load(path, "h100-sxm-80gb", 8).inert
+
+
+def test_a_moe_layer_holds_every_routed_copy_it_receives_at_any_ep() -> None:
+    # Qwen3-30B-A3B, validation 8 x 4,096 on a rank without the loss: the layer's forward holds
+    # the residual in and out (2 T h) and the experts' three [rows, expert_ffn] tensors, rows
+    # = T x topk routed copies (each rank receives as many as it sends, on average: the
+    # training path's k x local x load, planner.model.moe_activations), in bf16; ep changes
+    # none of it. T = 32,768: 2 x (2 x 32,768 x 2,048 + 3 x 262,144 x 768) bytes = 1.375 GiB.
+    j = job("qwen3-30b-a3b", "h100-sxm-80gb", 16, 4096, 16, framework="torchtitan")
+    titan = j.titan.model_copy(update={"validation_batch": 8, "validation_seq_len": 4096})
+    j = replace(j, torchtitan=titan)
+    a = j.arch
+    t = 8 * 4096
+    want = 2 * (2 * t * a.hidden_size + 3 * t * a.moe_router_topk * a.expert_ffn)
+    assert (a.hidden_size, a.moe_router_topk, a.expert_ffn) == (2048, 8, 768)
+    for ep in (1, 8):
+        got = titan_validation.validation_bytes(j, Layout(dp=16, ep=ep), False)
+        assert got == pytest.approx(want), ep
