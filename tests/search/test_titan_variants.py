@@ -146,18 +146,7 @@ def test_merged_search_equals_brute_force(name: str) -> None:
     ref = reference(name)
     _, rows = search_rows(job, space, TOP_K)
     assert len(ref) == TOP_K
-    got = [
-        (r.candidate.layout, getattr(r.candidate, "titan", None), [e.layout for e in r.equivalents])
-        for r in rows
-    ]
-    want = [(r.candidate.layout, titan, [e.layout for e in r.equivalents]) for _, r, titan in ref]
-    assert got == want, "\n".join(
-        f"{g[0].describe()} {g[1]} | {w[0].describe()} {w[1]}"
-        for g, w in zip(got, want, strict=False)
-    )
-    for r, (_, w, _) in zip(rows, ref, strict=True):
-        assert r.candidate.step_time == w.candidate.step_time
-        assert r.candidate.memory.peak == w.candidate.memory.peak
+    brute.assert_rows_equal(rows, ref)
 
 
 def test_problems_exercise_the_settings() -> None:

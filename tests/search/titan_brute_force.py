@@ -219,3 +219,20 @@ def reference(job: Job, space: Space, k: int) -> Ref:
             titan = v.settings(job.titan).model_copy(update={"selective_layer_every": n})
             add(kept, len(order) + vi, titan)
     return heapq.nsmallest(k, merged, key=lambda e: e[0])
+
+
+def assert_rows_equal(rows: list[Row], ref: list[tuple[object, Row, object]]) -> None:
+    """The search's rows (`suggest.search_rows`) are the brute force's `ref` (`reference`): the
+    same layouts, torchtitan settings and twins, in order, with equal step times and peaks."""
+    got = [
+        (r.candidate.layout, getattr(r.candidate, "titan", None), [e.layout for e in r.equivalents])
+        for r in rows
+    ]
+    want = [(r.candidate.layout, titan, [e.layout for e in r.equivalents]) for _, r, titan in ref]
+    assert got == want, "\n".join(
+        f"{g[0].describe()} {g[1]} | {w[0].describe()} {w[1]}"
+        for g, w in zip(got, want, strict=False)
+    )
+    for r, (_, w, _) in zip(rows, ref, strict=True):
+        assert r.candidate.step_time == w.candidate.step_time
+        assert r.candidate.memory.peak == w.candidate.memory.peak
