@@ -134,8 +134,10 @@ such a line is the run's (`memory_notes`)."""
 
 def memory_notes(not_modelled: tuple[str, ...]) -> tuple[str, ...]:
     """The notes of a reading's `not_modelled` that bear on its memory: all but those of
-    TIME_ONLY's flags (each note starts with its flag, `megatron_args`)."""
-    return tuple(n for n in not_modelled if n.split(":", 1)[0] not in TIME_ONLY)
+    TIME_ONLY's flags and the experts' `sequential_experts` (each note starts with its flag,
+    `megatron_args`; SequentialMLP's experts save what the grouped ones do)."""
+    skip = TIME_ONLY | {"--moe-grouped-gemm"}
+    return tuple(n for n in not_modelled if n.split(":", 1)[0] not in skip)
 
 
 NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
@@ -185,8 +187,8 @@ def sequential_experts(experts: bool, grouped_gemm: bool) -> list[str]:
     if not experts or grouped_gemm:
         return []
     return [
-        "--num-experts without --moe-grouped-gemm: Megatron builds SequentialMLP experts (one "
-        "fc1 and one fc2 GEMM per local expert, in a Python loop: "
+        "--moe-grouped-gemm: not given with --num-experts: Megatron builds SequentialMLP "
+        "experts (one fc1 and one fc2 GEMM per local expert, in a Python loop: "
         "transformer_engine_spec_provider.py:75-108), timed as grouped GEMMs (step time "
         "under-estimated: the per-expert GEMMs and their launches)"
     ]

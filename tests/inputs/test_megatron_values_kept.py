@@ -112,7 +112,7 @@ def test_gpt_oss_round_trips_as_quick_geglu() -> None:
 def test_experts_without_grouped_gemm_are_noted() -> None:
     # transformer_engine_spec_provider.py:75-108: SequentialMLP without --moe-grouped-gemm
     sequential = read(MOE.replace(" --moe-grouped-gemm", "") + " --swiglu").not_modelled
-    assert any(n.startswith("--num-experts without --moe-grouped-gemm") for n in sequential)
+    assert any(n.startswith("--moe-grouped-gemm: not given with --num-experts") for n in sequential)
     grouped = read(MOE + " --swiglu").not_modelled
     assert not any("--moe-grouped-gemm" in n for n in grouped)
     assert not any("--moe-grouped-gemm" in n for n in read("").not_modelled)  # dense
