@@ -15,7 +15,7 @@ local graphs the first step's order, cuda_graphs.py:664-682), each forward graph
 outputs and saved tensors held until its backward graph is captured (graph.py:719-729,
 :880-886; cuda_graphs.py:1632-1635), so the pool's peak is the captured bytes of one
 micro-batch (`_captured_bytes`, summed over each model chunk's layers) times the micro-batches
-in flight at the schedule's peak (`in_flight.schedule_peak`, as for the activations), plus the
+in flight at the schedule's peak (`stage_activations.held_peak`, as for the activations), plus the
 largest working set one captured region allocates while it runs (`_captured_working`), once."""
 
 from __future__ import annotations
@@ -28,14 +28,12 @@ from planner.model import activations as act
 from planner.model import dsa, mixers, stage_activations
 from planner.model.graph_buffers import whole_layer
 from planner.model.graph_capture import MOE_ENTRY
-from planner.model.in_flight import schedule_peak
 from planner.model.moe_activations import moe_bytes
 from planner.model.moe_working import moe_working
 from planner.model.router_graph import router_graph_bytes
-from planner.model.schedule import Chunks, schedule_name
+from planner.model.schedule import Chunks
 from planner.model.shard import Shard
 from planner.model.stage_activations import per_layer, shard
-from planner.model.torch_schedules import microbatch_group
 
 
 def step_pool_bytes(
@@ -66,7 +64,7 @@ def _eager_loss(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
 def _captured_peak(job: Job, layout: Layout, rank: int, chunks: Chunks, sh: Shard) -> float:
     """The captured bytes rank `rank` holds at its schedule's peak: each model chunk's layers'
     `_captured_bytes` per micro-batch, through the micro-batches in flight
-    (`in_flight.schedule_peak`, the schedule and micro-batch group `stage_activations` reads)."""
+    (`stage_activations.held_peak`: the schedule and micro-batch group the activations read)."""
     arch = job.arch
     router = router_graph_bytes(job, layout, sh) if arch.is_moe else 0.0
     kept = tuple(
@@ -77,9 +75,7 @@ def _captured_peak(job: Job, layout: Layout, rank: int, chunks: Chunks, sh: Shar
         )
         for c in chunks
     )
-    m = max(layout.num_microbatches(job.global_batch_size), 1)
-    group = microbatch_group(job, layout)
-    return schedule_peak(kept, layout, rank, m, schedule_name(job, layout), group)
+    return stage_activations.held_peak(job, layout, rank, kept)
 
 
 def _captured_bytes(arch: ModelArch, kind: LayerKind, sh: Shard, router: float) -> float:

@@ -14,7 +14,7 @@ Per GPU, the busiest pipeline rank's:
 - fine-grained offloading: each in-flight micro-batch's groups as the first step copies them
   (`offload_chunks.chunk_copies` at fraction 1: of the layers that move them, under full recompute
   only those it leaves whole, the MTP layers' after the last chunk's), the in-flight count that
-  of the GPU's activations (`in_flight.schedule_peak`). Megatron-LM d98e8a64
+  of the GPU's activations (`stage_activations.held_peak`). Megatron-LM d98e8a64
   fine_grained_activation_offload.py: the first step is the warm-up, in which every group is
   copied (should_bulk_offload :1211-1212; the fraction, the margin and the last rank's rule are
   set after it, post_warmup_callback :609-668), and its host copies stay pinned: the pool by
@@ -61,16 +61,14 @@ from planner.model.host_pinned import (
     pinned_block,
     rank_rounding,
 )
-from planner.model.in_flight import schedule_peak
 from planner.model.job_memo import JobMemo
 from planner.model.layer_kept import mtp_layers_kept
 from planner.model.offload_chunks import chunk_copies
 from planner.model.rank_states import state_bytes_per_param
-from planner.model.schedule import Chunks, schedule_name
+from planner.model.schedule import Chunks
 from planner.model.shard import Shard
-from planner.model.stage_activations import per_layer, shard
+from planner.model.stage_activations import held_peak, per_layer, shard
 from planner.model.stage_params import stage_params
-from planner.model.torch_schedules import microbatch_group
 
 HOST_OPTIMIZER_BYTES = 16.0
 """Host memory per offloaded parameter (Megatron-LM d98e8a64 HybridDeviceOptimizer): its pinned fp32
@@ -184,8 +182,6 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
         first = range(chunk.start, chunk.start + min(k, len(chunk) - 1))
         host = per_layer(arch, sh).total(arch.kind_counts((first,)))
         return host * _roundup(job, sh)
-    m = max(layout.num_microbatches(job.global_batch_size), 1)
-    name, group = schedule_name(job, layout), microbatch_group(job, layout)
     peak, seen = 0.0, set()
     mtp = layout.mtp_rank(arch.num_layers, arch.mtp_num_layers)
     tail = mtp_layers_kept(job, layout, sh, per_layer(arch, sh))[1] if mtp is not None else ()
@@ -197,7 +193,7 @@ def activation_bytes(job: Job, layout: Layout, only: Collection[int] | None = No
         if per_chunk in seen and job.framework == "megatron":
             continue  # Megatron's schedules: a lower rank holds as much, in no fewer micro-batches
         seen.add(per_chunk)
-        peak = max(peak, schedule_peak(per_chunk, layout, rank, m, name, group))
+        peak = max(peak, held_peak(job, layout, rank, per_chunk))
     return peak * _roundup(job, sh)
 
 

@@ -99,6 +99,14 @@ def _peak(
     return peak
 
 
+def held_peak(job: Job, layout: Layout, rank: int, kept: tuple[float, ...]) -> float:
+    """The most bytes rank `rank` holds at once over its schedule, chunk c keeping kept[c] per
+    micro-batch: `_peak` at the job's micro-batches, schedule and micro-batch group, no
+    messages (the graphs' pool, the host's offloaded groups)."""
+    m = max(layout.num_microbatches(job.global_batch_size), 1)
+    return _peak(kept, layout, rank, m, schedule_name(job, layout), microbatch_group(job, layout))
+
+
 def stage_activations(
     job: Job,
     layout: Layout,

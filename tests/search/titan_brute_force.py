@@ -35,6 +35,7 @@ from planner.search import space as space_mod
 from planner.search import titan_variants as tv
 from planner.search.space import Space
 from planner.search.splits import split_fields
+from planner.search.suggest import search_rows
 from planner.search.top_k import Candidate, rank_key, simplicity
 from planner.search.twins import Row, fold
 
@@ -221,9 +222,11 @@ def reference(job: Job, space: Space, k: int) -> Ref:
     return heapq.nsmallest(k, merged, key=lambda e: e[0])
 
 
-def assert_rows_equal(rows: list[Row], ref: list[tuple[object, Row, object]]) -> None:
-    """The search's rows (`suggest.search_rows`) are the brute force's `ref` (`reference`): the
-    same layouts, torchtitan settings and twins, in order, with equal step times and peaks."""
+def assert_search_equals(job: Job, space: Space, ref: list[tuple[object, Row, object]]) -> None:
+    """The search's top rows (`suggest.search_rows`, as many as `ref`) are the brute force's
+    `ref` (`reference`): the same layouts, torchtitan settings and twins, in order, with equal
+    step times and peaks."""
+    _, rows = search_rows(job, space, len(ref))
     got = [
         (r.candidate.layout, getattr(r.candidate, "titan", None), [e.layout for e in r.equivalents])
         for r in rows
