@@ -192,12 +192,32 @@ def _pipeline(line: Line, vpp: int) -> tuple[str, str] | None:
 
 
 def _context(line: Line) -> tuple[str, str] | None:
+    if line.has("--hybrid-context-parallel"):
+        hybrid = _hybrid_context(line)
+        if hybrid is not None:
+            return "--hybrid-context-parallel", hybrid + " (validate_args asserts it)"
     kinds = line.words("--cp-comm-type") or []
     hierarchical = line.has("--hierarchical-context-parallel-sizes")
     if any("a2a+p2p" in k for k in kinds) and not hierarchical:
         return "--cp-comm-type", (
             "a2a+p2p needs --hierarchical-context-parallel-sizes (validate_args asserts it)"
         )
+    return None
+
+
+def _hybrid_context(line: Line) -> str | None:
+    """What validate_args refuses beside --hybrid-context-parallel (Megatron-LM d98e8a64
+    arguments.py:1444-1449; the dataloader type defaults to single, :1254-1255)."""
+    if (line.integer("--pipeline-model-parallel-size") or 1) > 1:
+        return "not supported with pipeline parallelism"
+    for flag in ("--enable-cuda-graph", "--use-megatron-fsdp"):
+        if line.has(flag):
+            return f"not supported with {flag}"
+    kind = line.text("--dataloader-type")
+    if kind is not None and kind != "single":
+        return f"needs --dataloader-type single (got {kind})"
+    if not line.has("--calculate-per-token-loss"):
+        return "needs --calculate-per-token-loss"
     return None
 
 

@@ -182,6 +182,9 @@ READ = frozenset(
         "--megatron-fsdp-max-pool-double-buffer",
         "--suggested-communication-unit-size",
         "--use-nccl-ub",  # as --fsdp-double-buffer (megatron_fsdp_flags); its timing: unread
+        "--hybrid-context-parallel",  # checked (megatron_asserts); its regrouping: unread
+        "--dataloader-type",  # checked beside hybrid context parallelism
+        "--calculate-per-token-loss",  # checked beside hybrid context parallelism
         "--overlap-grad-reduce",
         "--overlap-param-gather",
         "--ddp-bucket-size",
@@ -230,6 +233,7 @@ READ = frozenset(
         "--offload-modules",
         "--activation-offload-fraction",
         "--fine-grained-offloading-max-inflight-offloads",  # checked (megatron_training)
+        "--cuda-graph-warmup-steps",  # checked beside fine-grained offloading
         "--no-check-for-nan-in-loss-and-grad",  # checked beside full-iteration graphs
         "--loss-scale",  # (fp16's dynamic scaling turns the check off)
         # precision and kernels

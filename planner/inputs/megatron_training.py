@@ -237,6 +237,12 @@ def _cuda_graphs(line: Line, training: dict[str, Any]) -> None:
             "graph, fine-grained activation offloading needs it a non-negative integer "
             "(TransformerConfig asserts it; planner launch writes 1)"
         )
+    warmup = line.integer("--cuda-graph-warmup-steps")  # TransformerConfig's default: 3
+    if offloads and warmup is not None and warmup <= 0:  # transformer_config.py:2963-2966
+        raise InputError(
+            f"{line.where}: --cuda-graph-warmup-steps: {warmup}: fine-grained activation "
+            "offloading under CUDA graphs needs it greater than 0 (TransformerConfig asserts it)"
+        )
 
 
 def graph_regions(text: str) -> list[str] | str:

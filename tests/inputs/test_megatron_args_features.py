@@ -257,3 +257,28 @@ def test_the_rl_steps_kv_cache_and_separate_inference_model_are_read() -> None:
     rl = read(line).doc["training"]
     assert rl["rl_kv_cache_gib"] == 20.0
     assert rl["rl_inference_parallel"] == [4, 1, 1, 8]  # (tp, pp, ep, etp): the rest training's
+
+
+HYBRID_CP = "--context-parallel-size 2 --hybrid-context-parallel --calculate-per-token-loss "
+
+
+@pytest.mark.parametrize(
+    ("extra", "why"),
+    [
+        # Megatron-LM d98e8a64 arguments.py:1444-1449 asserts each beside --hybrid-context-parallel
+        # (the dataloader type defaults to single, :1254-1255)
+        ("--pipeline-model-parallel-size 2", "pipeline parallelism"),
+        ("--enable-cuda-graph", "--enable-cuda-graph"),
+        ("--use-megatron-fsdp --ckpt-format fsdp_dtensor", "--use-megatron-fsdp"),
+        ("--dataloader-type cyclic", "--dataloader-type single"),
+    ],
+)
+def test_what_validate_args_refuses_beside_hybrid_context_parallel_exits_2(
+    extra: str, why: str
+) -> None:
+    assert read(SMALL + HYBRID_CP).doc["parallel"]["cp"] == 2  # the line alone is read (noted)
+    with pytest.raises(InputError, match=f"--hybrid-context-parallel: .*{re.escape(why)}"):
+        read(SMALL + HYBRID_CP + extra)
+    without = HYBRID_CP.replace("--calculate-per-token-loss ", "")
+    with pytest.raises(InputError, match="needs --calculate-per-token-loss"):
+        read(SMALL + without)

@@ -89,6 +89,23 @@ def test_what_megatron_asserts_of_a_full_iteration_graph_exits_2(extra: str, fla
         assert plan.require_layout().offload_modules == ("core_attn",)
 
 
+def test_offloading_under_graphs_without_warmup_steps_exits_2() -> None:
+    """TransformerConfig (Megatron-LM d98e8a64 transformer_config.py:2963-2966) asserts
+    cuda_graph_warmup_steps > 0 beside fine-grained activation offloading under any CUDA-graph
+    implementation; its default, 3 (:1066), and any positive count are read."""
+    extra = (
+        "--cuda-graph-impl transformer_engine --cuda-graph-modules attn "
+        "--fine-grained-activation-offloading --offload-modules core_attn"
+    )
+    text = LLAMA3_8B.replace("--bf16", f"--bf16 {extra}")
+    for steps in ("", " --cuda-graph-warmup-steps 1"):
+        plan = parse_plan(megatron_args.to_plan(text + steps, "h100-sxm-80gb", 16))
+        assert plan.require_layout().offload_modules == ("core_attn",)
+    for steps in ("0", "-1"):
+        with pytest.raises(InputError, match=f"--cuda-graph-warmup-steps: {steps}:"):
+            megatron_args.to_plan(f"{text} --cuda-graph-warmup-steps {steps}", "h100-sxm-80gb", 16)
+
+
 @pytest.mark.parametrize(
     ("extra", "modules"),
     [
