@@ -41,8 +41,10 @@ and `memory.stage_memory` adds the largest remainder to the activations' peak. T
 moment alone bounds it, above by up to floor(C / u) + 1 layers' kept activations for units of
 u elements (the activations peak as the backward starts, the queue fills over its first
 layers); it stays where the held activations do not follow the layers (full recompute,
-fine-grained offloading, CUDA graphs, the EP overlap: `fsdp_coupling`), and beside the
-optimizer step's copies (`StageMemory.grad_copy`), as it was counted there before."""
+fine-grained offloading, CUDA graphs, the EP overlap: `fsdp_coupling`). At the optimizer step
+the queue is empty and the units released: beside the step's copies (`StageMemory.grad_copy`)
+only what the step's end gathers for the next forward and the double buffer's pool
+(`step_bytes`)."""
 
 from __future__ import annotations
 
@@ -227,14 +229,10 @@ def profile_and_resident(
     held all step. And the parameters outside units kept gathered all step at ZeRO 3."""
     if layout.zero_stage < 2:
         return (), 0.0
-    raw = chunk_units(job, layout, rank, chunks)
-    first, last = _edges(job, layout, rank, raw)
+    raw, per_chunk, (first, last) = _padded_chunks(job, layout, rank, chunks)
     g, w = job.grad_bytes, weight_bytes(job)
     h, n = job.arch.hidden_size, job.optimizer_instances  # HSDP shards over dp / instances
-    dense_group, expert_group = layout.dense_dp // n, layout.expert_dp // n
-    per_chunk = [
-        [(padded(d, dense_group, h), padded(e, expert_group, h)) for d, e in units] for units in raw
-    ]
+    dense_group = layout.dense_dp // n
     zero3 = layout.zero_stage == 3
     out: list[tuple[Moment, ...]] = []
     for c, units in enumerate(per_chunk):
@@ -259,6 +257,75 @@ def profile_and_resident(
     return tuple(out), (first + last) * w if zero3 else 0.0
 
 
+def _padded_chunks(
+    job: Job, layout: Layout, rank: int, chunks: Chunks
+) -> tuple[list[list[Unit]], list[list[Unit]], tuple[float, float]]:
+    """Each chunk's units on one GPU of rank `rank` (`chunk_units`), the same padded (`padded`,
+    over each distributed-optimizer instance's slice of the groups: HSDP), and the (embedding
+    side, output side) elements outside units (`_edges`)."""
+    raw = chunk_units(job, layout, rank, chunks)
+    h, n = job.arch.hidden_size, job.optimizer_instances
+    dense_group, expert_group = layout.dense_dp // n, layout.expert_dp // n
+    per_chunk = [
+        [(padded(d, dense_group, h), padded(e, expert_group, h)) for d, e in units] for units in raw
+    ]
+    return raw, per_chunk, _edges(job, layout, rank, raw)
+
+
+def step_bytes(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
+    """Bytes of Megatron-FSDP's unit buffers alive on one GPU of pipeline rank `rank` at the
+    optimizer step (0 below ZeRO 2). Every micro-batch's post-backward has emptied the queue
+    (megatron_fsdp.py:893-901, pgb:3860) and released its units (:699-700); the step's end
+    gathers each chunk's first parameter again for the next forward (distrib_optimizer.py:
+    3181-3185 start_param_sync; megatron_fsdp.py:1302-1308, overlapped at ZeRO 3, :328-330),
+    while the step's fp32 gradient copies live to the next zero_grad_buffer. At ZeRO 3 without
+    double buffering: each chunk's first window, unit 0's forward window (`unit_windows`) or,
+    where the embedding comes first (outside units, kept gathered), the groups its prefetch adds
+    (`window`; counted as if the output side's bucket, gathered already, took none of P). Under
+    double buffering the pool, shared by every chunk (one named global buffer,
+    utils.py:783-795), stays allocated (pgb:856-860): two units' gradients, at ZeRO 3 their
+    parameters too, with the units of the chunks' first windows outside the pool (the backup
+    allocator's; the embedding's gather prefetches nothing, pgb:4441-4450)."""
+    if layout.zero_stage < 2:
+        return 0.0
+    raw, per_chunk, (first, _) = _padded_chunks(job, layout, rank, chunks)
+    g, w = job.grad_bytes, weight_bytes(job)
+    zero3 = layout.zero_stage == 3
+    if layout.fsdp_double_buffer:
+        pool = max((sum(_pool_shape(units) or ()) for units in per_chunk), default=0.0)
+        apart = 0.0
+        for c, units in enumerate(per_chunk):
+            lead = [] if c == 0 and first else units[:2]  # the gather and its prefetch
+            apart += sum(d + e for d, e in lead if _shape((d, e)) != _pool_shape(units))
+        return 2 * pool * g + (2 * pool + apart) * w if zero3 else 2 * pool * g
+    if not zero3:
+        return 0.0
+    held = 0.0
+    for c, units in enumerate(per_chunk):
+        total = sum(d + e for d, e in units) + (first if c == 0 else 0.0)
+        prefetch = unit_size(job, layout, raw[c], total) // 2
+        if c == 0 and first:  # the embedding's gather: the groups it prefetches
+            held += window([x for d, e in units for x in (d, e) if x], prefetch)
+        elif units:
+            held += unit_windows(units, prefetch)[0][0]
+    return held * w
+
+
+def _shape(unit: Unit) -> tuple[float, ...]:
+    """A unit's buckets' sizes (its dense group's, its experts'), the empty ones left out."""
+    return tuple(x for x in unit if x)
+
+
+def _pool_shape(units: list[Unit]) -> tuple[float, ...] | None:
+    """The double buffer's pooled shape: the most numerous group of units whose buckets are
+    equal in number and size, the first in unit order where counts tie (FixedPoolAllocator,
+    pgb:676-698, `_is_two_bucket_group_equal` :742-754); None without units."""
+    shapes: dict[tuple[float, ...], int] = {}
+    for u in units:
+        shapes[_shape(u)] = shapes.get(_shape(u), 0) + 1
+    return max(shapes, key=lambda k: shapes[k]) if shapes else None
+
+
 def double_buffered(units: list[Unit]) -> float:
     """Unit elements alive at once under double buffering (the gradients' and, at ZeRO 3, the
     parameters' alike): the fixed pool's two buffers of the most numerous group of units whose
@@ -267,14 +334,10 @@ def double_buffered(units: list[Unit]) -> float:
     allocated (:855-860), and beside it the units outside that group, allocated apart by the
     backup allocator (:842-848): two of the largest of them at most, as the prefetch and the
     queue stop at two units (pgb:4420-4432, :3956-3978)."""
-    shapes: dict[tuple[float, ...], int] = {}
-    for d, e in units:
-        key = tuple(x for x in (d, e) if x)
-        shapes[key] = shapes.get(key, 0) + 1
-    if not shapes:
+    pool = _pool_shape(units)
+    if pool is None:
         return 0.0
-    pool = max(shapes, key=lambda k: shapes[k])  # the first of the most numerous
-    apart = sorted((d + e for d, e in units if tuple(x for x in (d, e) if x) != pool), reverse=True)
+    apart = sorted((d + e for d, e in units if _shape((d, e)) != pool), reverse=True)
     return 2 * sum(pool) + sum(apart[:2])
 
 

@@ -55,7 +55,7 @@ from planner.model import (
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.job_memo import JobMemo, ModelMemo
 from planner.model.memory_report import MemoryReport, StageMemory, new_stage
-from planner.model.rank_states import fsdp_profile, rank_state, step_bytes
+from planner.model.rank_states import fsdp_profile, fsdp_step, rank_state, step_bytes
 from planner.model.schedule import Chunks, layer_count
 from planner.model.shard import Shard
 from planner.model.stage_activations import PerLayer, per_layer, shard
@@ -114,14 +114,15 @@ def stage_memory(
     if copy:  # per-layer CUDA graphs' pool stays reserved beside the step's copies
         copy += graph_pool.step_pool_bytes(job, layout, rank, chunks, acts, ACTIVATION_SCALE)
     # Megatron-FSDP's unit buffers: in the backward what they add to the activations' peak at
-    # the moment they peak together (`fsdp_coupling`); at the step their largest, as before
-    # (torchtitan's FSDP2 buffers, `fsdp2.states`, have no profile: counted whole)
-    added = transient
+    # the moment they peak together (`fsdp_coupling`), at the step those alive then (`fsdp_step`;
+    # torchtitan's FSDP2 buffers, `fsdp2.states`, have no profile: counted whole)
+    added = at_step = transient
     profile = fsdp_profile(job, layout, rank, chunks) if transient else ()
     if profile:
         added = fsdp_coupling.coupled(profile, _freed(job, layout, rank, chunks, (sh, per), shards))
+        at_step = fsdp_step(job, layout, rank, chunks)
     if copy:
-        copy += (transient - added) * ACTIVATION_SCALE
+        copy += (at_step - added) * ACTIVATION_SCALE
     transient = added * ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)

@@ -82,6 +82,20 @@ def fsdp_profile(job: Job, layout: Layout, rank: int, chunks: Chunks) -> megatro
     return memo[key]
 
 
+_AT_STEP: JobMemo[tuple[object, ...], float] = JobMemo()
+"""`fsdp_step` per job and `rank_state`'s key."""
+
+
+def fsdp_step(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
+    """Megatron-FSDP's unit buffers alive at the optimizer step on one GPU of pipeline rank
+    `rank` (`megatron_fsdp.step_bytes`; 0 below ZeRO 2 and under torchtitan)."""
+    memo, key = _AT_STEP.of(job), _key(job, layout, rank)
+    if key not in memo:
+        fsdp = job.framework != "torchtitan" and layout.zero_stage >= 2
+        memo[key] = megatron_fsdp.step_bytes(job, layout, rank, chunks) if fsdp else 0.0
+    return memo[key]
+
+
 def _key(job: Job, layout: Layout, rank: int) -> tuple[object, ...]:
     """What `rank_state` reads of a layout, with the rank."""
     lay = layout

@@ -54,7 +54,7 @@ def _llama8b(**parallel: object) -> tuple:
         }
     )
     job, lay = plan.job, plan.require_layout()
-    assert job.cluster.num_gpus == h100_cluster(8).num_gpus and lay.dp == 8
+    assert job.cluster.num_gpus == h100_cluster(8).num_gpus and lay.dp * lay.pp == 8
     return job, lay, lay.chunk_layers(job.arch.num_layers)[0]
 
 
@@ -95,8 +95,7 @@ def test_llama8b_zero3_queue_coupled_with_the_activations_it_drains() -> None:
     own). The forward holds at most A + 4U x 2. Each step adds 2U x 2 B of gradients while it
     frees b, and b > 2U x 2 = 0.87 GB (asserted: a layer's activations of 8,192 tokens), so the
     peak is j = 1: the buffers add (TAIL + U) x 2 + 4U x 2 to A, not j = 4's (TAIL + 4U) x 2 +
-    4U x 2 (before: that bound, 1.3 GB more). At the optimizer step the buffers' largest stays
-    counted beside the step's copies, as before."""
+    4U x 2 (before: that bound, 1.3 GB more). At the optimizer step: `test_at_the_step_*`."""
     job, lay, chunks = _llama8b()
     b = per_layer(job.arch, shard(job, lay)).kept[0]
     assert b > 2 * U_PAD * 2  # the premise: each step frees more than it queues
@@ -112,9 +111,53 @@ def test_llama8b_zero3_queue_coupled_with_the_activations_it_drains() -> None:
     counted, outside = buffers.fixed_bytes(job, lay)
     counted += fsdp2.pipeline_buffers(job, lay, 0) + buffers.dataloader_mask_bytes(job, lay, 0)
     assert st.other == pytest.approx(cache + added[1] * frag + counted + outside)
+
+
+def test_at_the_step_only_the_next_forwards_first_window() -> None:
+    """At the optimizer step (megatron_fsdp.py:893-901 emptied the queue, :699-700 released every
+    unit) the buffers alive are what the step's end gathers for the next forward:
+    distrib_optimizer.py:3181-3185 calls start_param_sync, which at ZeRO 3 (overlap forced,
+    megatron_fsdp.py:328-330) gathers the chunk's first parameter with prefetch (:1302-1308).
+    On rank 0 that is the word embedding (outside units, gathered already); its prefetch adds
+    unit groups while the prefetched sum is below P = 5e8 (pgb:4487-4510): U_PAD, 2 U_PAD =
+    436,273,152 < 5e8, so 3 U_PAD, at 2 B. `grad_copy` is what the step holds beyond `other`
+    (which counts the backward's coupled buffers, (TAIL + U) x 2 + 4U x 2 here): the fp32
+    copies + 3 U_PAD x 2 - that. (Before: + the backward's bound, (TAIL + 4U) x 2 + 4U x 2,
+    3.55 GB more at the step.)"""
+    job, lay, chunks = _llama8b()
+    st = memory.stage_memory(job, lay, 0, chunks)
+    frag = memory.fragmentation(job)
     copy = step_bytes(job, lay, 0, chunks)
     assert copy > 0  # bf16 gradients: Megatron-FSDP's fp32 copy at the step
-    assert st.grad_copy == pytest.approx((copy + bound - added[1]) * frag)
+    coupled = (TAIL_PAD + U_PAD) * 2 + 4 * U_PAD * 2
+    assert st.grad_copy == pytest.approx((copy + 3 * U_PAD * 2 - coupled) * frag)
+
+
+def test_at_the_step_a_later_rank_gathers_its_first_units_window() -> None:
+    """pp 2 (16 layers a rank): rank 1's first parameter is its first layer's, so the step's end
+    gathers unit 0's forward window: U + the next groups while below P = max(1e9, 2U) // 2 =
+    5e8: U + 3U = 4 U_PAD at 2 B (dp 4 now: buckets padded to 4 x 4,096 = 16,384, a layer
+    13,313 x 16,384). ZeRO 2 gathers nothing: 0."""
+    job, lay, _ = _llama8b(pp=2)
+    ranks = lay.chunk_layers(job.arch.num_layers)
+    assert megatron_fsdp.step_bytes(job, lay, 1, ranks[1]) == pytest.approx(4 * 13_313 * 16_384 * 2)
+    job, lay, _ = _llama8b(pp=2, zero_stage=2)
+    assert megatron_fsdp.step_bytes(job, lay, 1, ranks[1]) == 0.0
+
+
+def test_at_the_step_the_double_buffer_pool_stays() -> None:
+    """--fsdp-double-buffer: the FixedPoolAllocator's buffers are named global buffers, kept once
+    allocated (pgb:856-860, utils.py:783-795): two units of gradients and of parameters, 2 B
+    each; the output layer's gradient bucket (backup allocator) went with the queue, and the
+    embedding's gather prefetches nothing under double buffering (pgb:4441-4450): 2 U_PAD x
+    (2 + 2) at the step. (Before: the backward's (2U + TAIL) x 2 + 2U x 2.)"""
+    job, lay, chunks = _llama8b(fsdp_double_buffer=True)
+    assert megatron_fsdp.step_bytes(job, lay, 0, chunks) == pytest.approx(2 * U_PAD * 4)
+    st = memory.stage_memory(job, lay, 0, chunks)
+    _, _, _, _, transient = rank_state(job, lay, 0, chunks)  # the pool's moment, held all step
+    copy = step_bytes(job, lay, 0, chunks)
+    frag = memory.fragmentation(job)
+    assert st.grad_copy == pytest.approx((copy + 2 * U_PAD * 4 - transient) * frag)
 
 
 def test_llama8b_double_buffer_holds_two_units_each_way() -> None:
@@ -268,3 +311,37 @@ def test_the_double_buffer_pool_takes_the_most_numerous_shape() -> None:
     assert megatron_fsdp.double_buffered([(10.0, 0.0), (20.0, 0.0)]) == 40.0
     # one shape: the pool alone, two units
     assert megatron_fsdp.double_buffered(4 * [(7.0, 0.0)]) == 14.0
+
+
+def test_mxfp8_double_buffer_counts_the_transpose_pool() -> None:
+    """--fp8-recipe mxfp8 --fp8-param-gather under --fsdp-double-buffer (pgb d98e8a64): a unit's
+    FP8 weights form their own groups in uint8 (dtype "float8", pgb:1795-1798, :2631-2632), 1 B
+    an element, gathered rowwise into the `fsdp_params` pool (:2533-2538) and, for the backward,
+    columnwise into a second pool, `fsdp_fp8_transpose_params` (:2539-2544; the transpose buffer
+    exists for MXFP8 tensors only, :2634-2643, mixed_precision.py:183-185), each two units and
+    kept. Its norms (8,192 of U) stay bf16 in the first pool. So the two pools hold 2 units x
+    (1 + 1) B per FP8 element, 2 B per norm element: 2 U_PAD x 2 B, what planner's 2-byte
+    parameter pool comes to, beside the gradients' (2 U_PAD + TAIL_PAD) x 2 B (bf16 gradients).
+    Hand arithmetic; it held before this test too (the 1-byte pool at `weight_bytes`' 2 B
+    already covered the transpose pool's byte)."""
+    plan = parse_plan(
+        {
+            "model": {"name": "llama3.1-8b"},
+            "cluster": {"gpu": "b200-sxm-180gb", "num_gpus": 8},
+            "training": {
+                "seq_length": 8192,
+                "global_batch_size": 64,
+                "precision": "fp8",
+                "fp8_recipe": "mxfp8",
+                "fp8_param_gather": True,
+                "main_grad_dtype": "bf16",
+            },
+            "parallel": {"zero_stage": 3, "fsdp_double_buffer": True, "micro_batch_size": 1},
+        }
+    )
+    job, lay = plan.job, plan.require_layout()
+    assert (job.low_precision_params, job.quant_recipe, lay.dp) == (True, "mxfp8", 8)
+    _, _, _, _, transient = rank_state(job, lay, 0, lay.chunk_layers(job.arch.num_layers)[0])
+    pools = 2 * (U - 2 * NORM) * (1 + 1) + 2 * (2 * NORM) * 2  # raw elements, both pools
+    assert pools == 2 * U * 2
+    assert transient == pytest.approx((2 * U_PAD + TAIL_PAD) * 2 + 2 * U_PAD * 2)
