@@ -155,6 +155,14 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
             f"{TORCHTITAN_COMMIT[:8]} its SDPA tries cuDNN attention first "
             "(torchtitan/models/attention.py, no setting), which attention_kernel fused models"
         )
+    if job.deterministic and not titan.deterministic_fill:
+        raise InputError(
+            f"{where}: torchtitan.deterministic_fill: false with training.deterministic: "
+            f"torchtitan {TORCHTITAN_COMMIT[:8]}'s debug.deterministic leaves PyTorch's NaN fill "
+            "of empty tensors on (distributed/utils.py:114-124; da38566d turned it off), which "
+            "no TOML key turns off: set deterministic_fill = true, or write the module (launch "
+            "--target torchtitan-module)"
+        )
     if job.optimizer_state_dtype == "bf16":
         raise InputError(
             f"{where}: training.optimizer_state_dtype: bf16: torchtitan {TORCHTITAN_COMMIT[:8]} "

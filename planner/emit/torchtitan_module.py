@@ -180,6 +180,14 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
         raise _refuse(plan, "training.precision", f"{job.precision}: not written for it")
     if job.attention_kernel == "flash2":
         raise _refuse(plan, "training.attention_kernel", "runs no SDPA flash2 for LMs")
+    if job.deterministic and titan.deterministic_fill:
+        raise _refuse(
+            plan,
+            "torchtitan.deterministic_fill",
+            "true: its debug.deterministic turns PyTorch's NaN fill of empty tensors off "
+            "(distributed/utils.py:201-206, since da38566d), with no field to keep it: set "
+            "deterministic_fill = false, or write the TOML job config (launch --target torchtitan)",
+        )
     if job.seq_length > base.max_context:
         raise _refuse(
             plan,

@@ -164,6 +164,7 @@ DEFAULTS: Fields = {
     ("compile", "enable_async_tensor_parallel"): False,
     ("compile", "components"): ["model", "loss"],
     ("debug", "deterministic"): False,
+    ("validator", "enable"): False,
     ("debug", "batch_invariant"): False,
     ("loss",): Record("BaseLoss.Config"),
     ("parallelism", "enable_sequence_parallel"): True,

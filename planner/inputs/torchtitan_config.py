@@ -45,6 +45,15 @@ GPU_LINE = re.compile(r"^# planner-gpu: (\S+)$", re.MULTILINE)
 Notes = list[tuple[str, str]]
 
 
+UNTIMED = (
+    "deterministic attention is planned as SDPA's FlashAttention-2 with its split fp32 dQ "
+    "accumulator (PyTorch refuses cuDNN attention then); not timed: that split's reduction, and "
+    "FlexAttention's deterministic path, which DeepSeek-V3 and gpt-oss run"
+)
+"""The note on debug.deterministic: what of its attention planner does not model
+(`planner.model.titan_sdpa`)."""
+
+
 def _module(path: Path) -> tuple[Path, str | None] | None:
     """FILE.py or FILE.py:FUNCTION as (file, function), else None (a TOML)."""
     name, _, function = path.name.partition(":")
@@ -192,11 +201,13 @@ def _document(
         titan["compile_loss"] = True
     if schedules > 1:  # gradient accumulation under pipelining: a schedule per step of it
         titan["gradient_accumulation_steps"] = schedules
-    if toml and get(doc, where, "validation", "enable", bool, False):
+    if get(doc, where, "validation", "enable", bool, False):  # a Python one's validator too
         titan["validation_batch"] = get(doc, where, "validation", "local_batch_size", int, 8)
         titan["validation_seq_len"] = get(doc, where, "validation", "seq_len", int, 2048)
     if toml and training.get("deterministic"):  # e347b1e5 leaves the NaN fill on
         titan["deterministic_fill"] = True
+    if training.get("deterministic"):  # planner.model.titan_sdpa charges the rest
+        notes.append(("debug.deterministic" if toml else "config.debug.deterministic", UNTIMED))
     if balancer is None:
         titan["cp_load_balance"] = False  # a Python configuration's None (TOML has no None)
     chunks = get(doc, where, "loss", "num_chunks", int, 1)  # a Python configuration's loss

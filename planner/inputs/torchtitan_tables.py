@@ -1,7 +1,8 @@
 """A read torchtitan configuration's fields (`planner.inputs.torchtitan_module`) as the tables of a
-torchtitan TOML (`planner.inputs.torchtitan_config`): the micro-batch and batches from the token
-budgets, the float8 converter, the MoE dispatcher, activation checkpointing, compile, the loss's
-chunks; what torchtitan would refuse, or planner does not model, exits 2 naming the field."""
+torchtitan TOML (`planner.inputs.torchtitan_config`): the micro-batch, batches and validator
+(`planner.inputs.torchtitan_batches`), the float8 converter, the MoE dispatcher, activation
+checkpointing, compile, the loss's chunks; what torchtitan would refuse, or planner does not model,
+exits 2 naming the field."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from planner.inputs.torchtitan_baselines import (
     Unread,
     lookup,
 )
+from planner.inputs.torchtitan_batches import batch_tables
 from planner.inputs.torchtitan_float8 import (
     DEEPEP_GROUPED,
     EXPERT_FQNS,
@@ -128,7 +130,7 @@ class Document:
         mtp = spec.kwargs.get("num_mtp_layers", 0)  # a non-negative int: refusals.model_spec
         if mtp:
             model["num_mtp_layers"] = mtp
-        self._batch(par, tables)
+        tables.update(batch_tables(self.where, self.need, par))
         self._checkpointing(tables)
         enable = self.need(("compile", "enable"), bool)
         components = self.need(("compile", "components"), list)
@@ -292,48 +294,6 @@ class Document:
             )
         if self.model in MOE_MODELS and ROUTER_GATE not in fqns:
             self.notes.append(("config.model_spec.converters.filter_fqns", gate_note(fqns)))
-
-    def _batch(self, par: dict[str, Any], tables: dict[str, Any]) -> None:
-        """Tokens per micro-batch per DP rank and per step, over the context length."""
-        tokens = self.need(("training", "num_tokens_per_microbatch_per_dp_rank"), int)
-        seq = self.need(("training", "max_context_length"), int)
-        step = self.need(("training", "num_tokens_per_train_step"), int)
-        count = self.need(("parallelism", "num_pp_microbatches"), int)
-        for field, value, ok, why in (  # TrainingConfig.__post_init__, Trainer.Config's
-            ("training.num_tokens_per_microbatch_per_dp_rank", tokens, tokens > 0, "configs.py:55"),
-            ("training.num_tokens_per_train_step", step, step == -1 or step > 0, "configs.py:59"),
-            ("training.max_context_length", seq, seq > 0, "configs.py:61"),
-            ("parallelism.num_pp_microbatches", count, count > 0, "trainer.py:124-128"),
-        ):
-            if not ok:
-                raise InputError(
-                    f"{self.where}: config.{field}: {value}: torchtitan raises unless it is "
-                    f"positive{' (or -1)' if 'step' in field else ''} ({why})"
-                )
-        if tokens % seq or (step != -1 and step % seq):
-            raise InputError(
-                f"{self.where}: config.training: planner plans whole sequences: "
-                f"num_tokens_per_microbatch_per_dp_rank {tokens} and num_tokens_per_train_step "
-                f"{step} must be multiples of max_context_length {seq}"
-            )
-        mbs = tokens // seq
-        local = mbs
-        if par["pipeline_parallel_degree"] > 1:
-            local *= count
-            par["pipeline_parallel_microbatch_size"] = mbs
-            parts = self.need(("parallelism", "module_fqns_per_model_part"), (list, type(None)))
-            if parts is not None:
-                par["module_fqns_per_model_part"] = [
-                    ["output" if m == "lm_head" else m for m in part]
-                    if isinstance(part, list)
-                    else part
-                    for part in parts
-                ]
-        tables["training"] = {
-            "seq_len": seq,
-            "local_batch_size": local,
-            "global_batch_size": -1 if step == -1 else step // seq,
-        }
 
     def _checkpointing(self, tables: dict[str, Any]) -> None:
         """The policy's class is the mode. Of its fields (their names checked as they are set,

@@ -12,7 +12,7 @@ from typing import NamedTuple
 
 from planner.inputs.arch import ModelArch
 from planner.inputs.plan import Job
-from planner.model import attention, determinism, flops, gemm_shapes
+from planner.model import attention, determinism, flops, gemm_shapes, titan_sdpa
 from planner.model.fp32 import gemm_peak
 from planner.model.gemm import Gpu, fp32_peak, gemm_time
 
@@ -43,7 +43,7 @@ def fractions(
     micro-batch size keeps the step time (`planner.search.twins`) unless the layer's small
     kernels, the ring's among them, set it (`layer_time.KERNEL_MIN_S`)."""
     spec = job.cluster.gpu
-    fe, be = attention.kernel_fractions(spec.name, span, head_dim, job.attention_kernel, fp8)
+    fe, be = attention.kernel_fractions(spec.name, span, head_dim, titan_sdpa.kernel(job), fp8)
     ceiling = spec.matmul_ceiling("fp8" if fp8 else "bf16")
     if ceiling is not None:
         if fp8:
@@ -59,7 +59,8 @@ def core_attention(
     on a TP shard: each direction the longest of its matmuls over the keys it computes
     (`attention.computed_keys`: whole tiles), at the kernel's bf16 or FP8 rate
     (`Job.fp8_attention`; the backward's longer in Megatron's deterministic mode,
-    `determinism.attention_bwd_factor`), its exponentials (one per score computed, at the GPU's
+    `determinism.attention_bwd_factor`; torchtitan's deterministic SDPA at FlashAttention-2's
+    rates, `titan_sdpa.kernel`), its exponentials (one per score computed, at the GPU's
     `exp_tera_per_s` x `attention.exp_fraction`) and its softmax's CUDA-core work
     (`attention.alu_flops` per score at the FP32 peak), and FP8's quantisation traffic. In fp32
     training Transformer Engine runs its unfused attention instead (`unfused_fp32`)."""
@@ -77,10 +78,11 @@ def core_attention(
     exp_fwd = 0.0
     clock = gpu.peak_bf16 / spec.peak_flops("bf16")  # a power cap slows the SFUs and ALUs alike
     scores = t * keys * heads / tp
+    kernel = titan_sdpa.kernel(job)
     if spec.exp_tera_per_s is not None:
         rate = spec.exp_tera_per_s * 1e12 * clock * efficiency
-        exp_fwd = scores / (rate * attention.exp_fraction(spec.name, span, job.attention_kernel))
-    alu = attention.alu_flops(spec.name, span, job.attention_kernel)
+        exp_fwd = scores / (rate * attention.exp_fraction(spec.name, span, kernel))
+    alu = attention.alu_flops(spec.name, span, kernel)
     alu_fwd = scores * alu / (fp32_peak(spec, gpu) * efficiency)
     side = max(exp_fwd, alu_fwd)  # either direction: one exponential and its softmax per score
     quant = 0.0

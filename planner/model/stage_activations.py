@@ -17,7 +17,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import activations as act
-from planner.model import cp_time, dsa, t5, titan_cp, vision
+from planner.model import cp_time, dsa, t5, titan_cp, titan_sdpa, vision
 from planner.model.bf16_blend import blended
 from planner.model.bf16_layers import bf16_ranges
 from planner.model.early_receives import transient
@@ -235,6 +235,9 @@ def activation_parts(
         return recompute_working(arch, layout, replace(per, full=only), chunks)
 
     after.append(mixer_working(arch, layout.cp, sh, chunks, rebuilt))
+    if any(k.mixer == "attention" for k in arch.kinds):  # torchtitan's deterministic SDPA:
+        # beside a recomputed layer's rebuilt activations (`working`) in its backward
+        after.append(titan_sdpa.flash_backward_bytes(job, layout.cp, sh) + working)
     if n_layers:  # the module selective recompute rebuilds in the backward
         present = [k for k, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True) if n]
         after.append(rebuilt_bytes(arch, sh, present))
