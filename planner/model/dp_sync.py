@@ -61,8 +61,13 @@ def explicit_bucket(lay: Layout, stage_params: float, layers: int = 1) -> float 
 
 
 def bucket_params(lay: Layout, group_size: int, stage_params: float, layers: int = 1) -> float:
-    """Parameters per DDP bucket: what the layout sets (`explicit_bucket`), else Megatron's
-    default max(DP_BUCKET_PARAMS, 1M x the group's ranks)."""
+    """Parameters per DDP bucket: without --overlap-grad-reduce one bucket per model chunk's
+    buffer, whatever the line sets (Megatron-LM d98e8a64 training.py:2192-2193 and
+    distributed_data_parallel.py:135-137 set bucket_size None, "infinity"); else what the
+    layout sets (`explicit_bucket`), else Megatron's default max(DP_BUCKET_PARAMS, 1M x the
+    group's ranks)."""
+    if not lay.overlap_grad_reduce:
+        return max(stage_params / max(lay.vpp, 1), 1.0)
     explicit = explicit_bucket(lay, stage_params, layers)
     if explicit is not None:
         return explicit

@@ -27,7 +27,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import block_ranges
-from planner.model import embedding_grads, t5
+from planner.model import embedding_grads, fsdp2, t5
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
 from planner.model.ep_overlap import a2a_floor as a2a_floor
 from planner.model.ep_overlap import ep_exposed as ep_exposed
@@ -240,11 +240,19 @@ _GPU = ("gpu",)
 the job is computed."""
 
 
+def _layer_dp(job: Job, lay: Layout) -> int:
+    """The data-parallel size the layer times see: 1 (`_FIXED`) but in test mode (its per-layer
+    checks visit every data-parallel rank, `host.realtime_test_s`) and where torchtitan's float8
+    FSDP all-gather runs (`fsdp2.float8_gather`, which reads dp: the gathered float8 weight
+    serves both GEMMs, `linear_time.weights_cast_per_use`): the layout's own there."""
+    return lay.dp if job.test_mode or fsdp2.float8_gather(job, lay) else 1
+
+
 def _times_key(job: Job, lay: Layout) -> tuple[object, ...]:
-    """`LAYER_TIMES`' key of a layout: its `_memo_key`, and its data-parallel size in test mode
-    (its per-layer checks visit every data-parallel rank, `host.realtime_test_s`)."""
+    """`LAYER_TIMES`' key of a layout: its `_memo_key`, and its `_layer_dp` where that is not 1."""
     tkey = _memo_key(lay)
-    return (*tkey, lay.dp) if job.test_mode else tkey
+    dp = _layer_dp(job, lay)
+    return (*tkey, dp) if dp != 1 else tkey
 
 
 def _times(
@@ -269,7 +277,8 @@ def _made(
 ) -> tuple[Gpu, tuple[Layer, ...], float, Layer | None]:
     """`_times`' memo entry of a layout, computed (its dense kinds from their own entries)."""
     plain_key = _layer_key(lay)
-    key = plain_key.with_(dp=lay.dp) if job.test_mode else plain_key
+    dp = _layer_dp(job, lay)
+    key = plain_key.with_(dp=dp) if dp != 1 else plain_key
     if _GPU not in memo:  # the job's GPU, once for all its layer times
         memo[_GPU] = (gpu_of(job), (), 0.0, None)
     gpu = memo[_GPU][0]

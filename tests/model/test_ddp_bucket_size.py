@@ -128,3 +128,22 @@ def test_a_bucket_smaller_than_a_tensor_is_one_tensor() -> None:
     ]
     steps = [cost.estimate(p.job, p.require_layout()).step_time_s for p in plans]
     assert steps[0] == pytest.approx(steps[1], rel=0.01)
+
+
+def test_without_the_grad_reduce_overlap_each_chunk_is_one_bucket() -> None:
+    # Megatron-LM d98e8a64 sets bucket_size None ("infinity") when overlap_grad_reduce is off,
+    # whatever the line asked (training.py:2192-2193, distributed_data_parallel.py:135-137): a
+    # chunk's buffer is one bucket. A stage of 1.2e9 parameters in 3 chunks: 4e8 each.
+    lay = Layout(tp=1, pp=2, dp=8, vpp=3, overlap_grad_reduce=False, ddp_bucket_size=1_000_000)
+    assert dp_sync.bucket_params(lay, 8, 1.2e9, 12) == pytest.approx(4e8)
+    assert dp_sync.bucket_params(lay.with_(ddp_bucket_size=None), 8, 1.2e9, 12) == pytest.approx(
+        4e8
+    )
+    # so a line's --ddp-bucket-size changes nothing without the overlap
+    off = LINE.replace(" --overlap-grad-reduce --overlap-param-gather", "")
+    small = parse_plan(
+        megatron_args.to_plan(off.replace("768000000", "1000000"), "h100-sxm-80gb", 16)
+    )
+    big = parse_plan(megatron_args.to_plan(off, "h100-sxm-80gb", 16))
+    step = [cost.estimate(p.job, p.require_layout()).step_time_s for p in (small, big)]
+    assert step[0] == pytest.approx(step[1], rel=1e-12)

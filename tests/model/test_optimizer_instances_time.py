@@ -72,13 +72,16 @@ def test_zero1_by_hand() -> None:
     """8e8 parameters, fp32 gradients, bf16 weights; buckets of max(40M, 1M x 16) = 40M
     parameters (the whole dp group's size, training.py:2189): 20 buckets of 1.6e8 gradient and
     8e7 parameter bytes. Per bucket: a reduce-scatter in the node, the all-reduce of its 2e7-byte
-    shard over the two nodes, a gather in the node. Without overlap every second shows."""
+    shard over the two nodes, a gather in the node. Without overlap every second shows, in one
+    bucket of 3.2e9 gradient and 1.6e9 parameter bytes (Megatron sets bucket_size None then,
+    training.py:2192-2193 at d98e8a64)."""
     lay, groups = _groups(1)
     shut = lay.with_(overlap_grad_reduce=False, overlap_param_gather=False)
     exposed, hidden = dp_instances.distributed_optimizer(groups, shut, 8e8, 0.0, 4.0, 1.0, 1.0, 4)
-    one = _rs_node(1.6e8) + _ar_two_nodes(1.6e8 / 8) + _rs_node(8e7)
+    whole = _rs_node(3.2e9) + _ar_two_nodes(3.2e9 / 8) + _rs_node(1.6e9)
     assert hidden == 0.0
-    assert exposed == pytest.approx(20 * one)
+    assert exposed == pytest.approx(whole)
+    one = _rs_node(1.6e8) + _ar_two_nodes(1.6e8 / 8) + _rs_node(8e7)
     # windows longer than the traffic: the last bucket of each shows
     exposed, hidden = dp_instances.distributed_optimizer(groups, lay, 8e8, 0.0, 4.0, 1e3, 1e3, 4)
     assert exposed == pytest.approx(one)

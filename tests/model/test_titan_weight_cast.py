@@ -57,3 +57,23 @@ def test_each_micro_batch_casts_both_orientations() -> None:
 def test_megatron_keeps_its_cached_weight() -> None:
     te, w = _layer("megatron", gather=False)
     assert te.weight_cast == pytest.approx(w) and w > 0
+
+
+def test_the_remembered_layer_times_see_the_float8_gather() -> None:
+    # the search's layer times come from a memo keyed on the layout with dp fixed to 1
+    # (stage_time._FIXED); the float8 gather runs only at dp_shard > 1 (fsdp2.float8_gather), so
+    # the remembered layer must be the one layer_time computes on the layout itself: with the
+    # gather, the weight cast once per step (gathered.weight_cast == W above), none per use
+    from planner.model import stage_time
+    from planner.model.job_memo import JobMemo
+
+    doc = {**PLAN, "torchtitan": {"float8_all_gather": True, "compile": True}}
+    plan = parse_plan(doc)
+    job, lay = plan.job, plan.require_layout()
+    JobMemo.forget_all()
+    direct = layer_time.layer_time(job, lay, layer_time.gpu_of(job), job.arch.kinds[0])
+    remembered = stage_time.layout_times(job, lay).dense
+    assert direct.weight_cast > 0
+    assert remembered.weight_cast == pytest.approx(direct.weight_cast)
+    assert remembered.fwd == pytest.approx(direct.fwd)
+    assert remembered.bwd == pytest.approx(direct.bwd)
