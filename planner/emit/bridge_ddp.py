@@ -85,6 +85,12 @@ def ddp_table(plan: Plan) -> dict[str, Any]:
         # is the plan's own); Bridge's validation asserts manual registration without them
         "nccl_ub": False,
         **(_fsdp_buffers(lay) if fsdp else {}),
+        # a recipe's own gradient communication dtype cleared where the plan has none (set, it
+        # goes in the recipe: `bridge_notes`; Bridge's override turns a string into a torch
+        # dtype only over a field holding one, omegaconf_utils.py:498-505 at 067f987d)
+        **(
+            {"megatron_fsdp_grad_comm_dtype": None} if fsdp and not job.fsdp_grad_comm_dtype else {}
+        ),
         "use_megatron_fsdp": fsdp,
         "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage] if fsdp else "no_shard",
         **_instances(plan),

@@ -41,6 +41,10 @@ DeepSeek and Nemotron recipes set it in env_vars (a ConfigContainer field, appli
 runtime config)."""
 
 
+TORCH_DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+"""The torch dtype a recipe sets for a plan's dtype name."""
+
+
 def attention_backend(job: Job) -> str:
     """TransformerConfig.attention_backend as the plan runs it: Megatron's "auto" (its default,
     as the megatron-args target leaves it), "unfused" without flash attention, and "flash" for
@@ -151,6 +155,12 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
             f"parameters' {job.params_dtype}), not grad_reduce_in_fp32: set it to torch.float32 "
             "in the recipe "
             "(planned with fp32 gradients)"
+        )
+    if lay.zero_stage >= 2 and job.fsdp_grad_comm_dtype is not None:
+        name = TORCH_DTYPES[job.fsdp_grad_comm_dtype]
+        out.append(
+            f"set ddp.megatron_fsdp_grad_comm_dtype = {name} in the recipe (planned with "
+            f"Megatron-FSDP's gradient buckets in {job.fsdp_grad_comm_dtype})"
         )
     out += unflagged(plan)
     out.append(

@@ -149,6 +149,8 @@ def parallel_args(plan: Plan) -> list[Arg]:
             # Megatron-FSDP's gradients default to the parameters' dtype (bf16), whatever
             # --accumulate-allreduce-grads-in-fp32 says; the plan's fp32 gradients, said
             a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
+        if plan.job.fsdp_grad_comm_dtype is not None:  # its unsharded gradient buckets' dtype
+            a.append(("--megatron-fsdp-grad-comm-dtype", plan.job.fsdp_grad_comm_dtype))
         if lay.fsdp_double_buffer:
             a.append(("--fsdp-double-buffer",))
         if lay.suggested_communication_unit_size is not None:

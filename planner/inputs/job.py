@@ -154,6 +154,9 @@ class Job:
     outer_dp_sharding_strategy: Literal["no_shard", "optim"] = "no_shard"
     """Megatron-FSDP's outer (across instances) sharding: "optim" shards the optimizer states over
     every data-parallel rank (`planner.model.memory`)."""
+    fsdp_grad_comm_dtype: Literal["fp32", "bf16", "fp16"] | None = None
+    """Megatron-FSDP's gradient communication dtype (Megatron --megatron-fsdp-grad-comm-dtype):
+    its unsharded gradient buckets' (`grad_comm_bytes`); None: the main gradients'."""
     bf16_layers_at_start: int = 0
     """FP8 / NVFP4: the first decoder layers run in bf16 (Megatron --first-last-layers-bf16)."""
     bf16_layers_at_end: int = 0
@@ -254,6 +257,15 @@ class Job:
     def grad_bytes(self) -> float:
         """Bytes per gradient element: 4 for fp32 main_grad buffers, 2 for bf16."""
         return 4.0 if self.main_grad_dtype == "fp32" else 2.0
+
+    @property
+    def grad_comm_bytes(self) -> float:
+        """Bytes per element of Megatron-FSDP's unsharded gradient buckets: those of
+        `fsdp_grad_comm_dtype`, else `grad_bytes` (megatron_fsdp param_and_grad_buffer.py:
+        3107-3111 fetches them in grad_comm_dtype where set, d98e8a64)."""
+        if self.fsdp_grad_comm_dtype is None:
+            return self.grad_bytes
+        return 4.0 if self.fsdp_grad_comm_dtype == "fp32" else 2.0
 
     def recompute_policy(self, recompute: Recompute) -> RecomputePolicy:
         """What a layout's recompute setting recomputes in this training code: "selective" is

@@ -53,7 +53,9 @@ def optimizer_dtypes(line: Line) -> dict[str, Any]:
     default to the parameters' dtype (--megatron-fsdp-main-grads-dtype auto:
     DistributedDataParallelConfig.megatron_fsdp_main_grads_dtype = None, resolved in
     megatron_fsdp/param_and_grad_buffer.py `_resolve_group_grad_dtype`), fp32 in fp32 training
-    (an explicit bf16 there is counted fp32 too: the safe side)."""
+    (an explicit bf16 there is counted fp32 too: the safe side). Its unsharded gradient buckets
+    take --megatron-fsdp-grad-comm-dtype where not 'auto' (arguments.py:1093 maps 'auto' to None;
+    fetched in that dtype, param_and_grad_buffer.py:3107-3111): `Job.fsdp_grad_comm_dtype`."""
     out: dict[str, Any] = {}
     aware = line.has("--use-precision-aware-optimizer")
     distributed = line.has("--use-distributed-optimizer") or line.has("--use-megatron-fsdp")
@@ -81,6 +83,9 @@ def optimizer_dtypes(line: Line) -> dict[str, Any]:
     if line.has("--use-megatron-fsdp"):
         fsdp = line.text("--megatron-fsdp-main-grads-dtype") or "auto"
         bf16_grads = fsdp != "fp32" and not fp32
+        comm = line.text("--megatron-fsdp-grad-comm-dtype") or "auto"
+        if comm != "auto":
+            out["fsdp_grad_comm_dtype"] = comm
     if bf16_grads:
         out["main_grad_dtype"] = "bf16"
     if aware:

@@ -178,6 +178,7 @@ READ = frozenset(
         "--use-torch-fsdp2",
         "--data-parallel-sharding-strategy",
         "--megatron-fsdp-main-grads-dtype",
+        "--megatron-fsdp-grad-comm-dtype",
         "--fsdp-double-buffer",
         "--megatron-fsdp-max-pool-double-buffer",
         "--suggested-communication-unit-size",

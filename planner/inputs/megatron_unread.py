@@ -89,9 +89,6 @@ NOT_MODELLED: dict[str, str] = {
     "(transformer_config.py:997) is sized in bf16",
     "--moe-combine-bwd-dtype": "the expert combine's backward all-to-all in that dtype "
     "(transformer_config.py:1004) is sized in bf16",
-    "--megatron-fsdp-grad-comm-dtype": "Megatron-FSDP's gradient reduction in that dtype "
-    "(arguments.py:3695; 'auto' is the main gradients', which planner reads) is sized in the "
-    "main gradients' dtype",
     "--use-sharp": "SHARP in-network reductions for the data-parallel groups "
     "(common_config.py:112) are not priced: DP collectives are timed over the NICs",
     "--use-nccl-ub": "NCCL user-buffer registration of the DP / FSDP buffers (arguments.py:3171) "
@@ -122,7 +119,6 @@ TIME_ONLY = frozenset(
         "--overlap-dispatch-backward-with-experts-wgrad",
         "--moe-dispatch-fwd-dtype",
         "--moe-combine-bwd-dtype",
-        "--megatron-fsdp-grad-comm-dtype",
         "--use-sharp",
         "--no-pin-cpu-grads",
         "--no-pin-cpu-params",
@@ -148,7 +144,6 @@ NOT_MODELLED_DEFAULTS: dict[str, tuple[str, ...]] = {
     "--empty-unused-memory-level": ("0",),  # training_config.py:48
     "--moe-dispatch-fwd-dtype": ("bf16",),  # transformer_config.py:997
     "--moe-combine-bwd-dtype": ("bf16",),  # transformer_config.py:1004
-    "--megatron-fsdp-grad-comm-dtype": ("auto",),  # arguments.py:3695
     # 0 allocates no host buffer (transformer_config.py:1376, paged_stash.py:592-608)
     "--moe-paged-stash-buffer-size-factor-cpu": ("0", "0.0", "0.", "-0", "-0.0"),
 }

@@ -91,6 +91,7 @@ TRAINING_AS_IS = (
     "weight_hash_interval",
     "optimizer_instances",
     "outer_dp_sharding_strategy",
+    "fsdp_grad_comm_dtype",
     "gemm_sm_margin",
     "bf16_layers_at_start",
     "bf16_layers_at_end",

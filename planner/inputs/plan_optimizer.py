@@ -61,6 +61,12 @@ class OptimizerFields(BaseModel):
         "(fp32 moments on the GPU): the fp32 master of bf16 weights is kept as its 16-bit "
         "remainder and 16-bit gradients are read in place (no fp32 copy at the step)",
     )
+    fsdp_grad_comm_dtype: Literal["fp32", "bf16", "fp16"] | None = Field(
+        default=None,
+        description="Megatron --megatron-fsdp-grad-comm-dtype (zero_stage 2 / 3): Megatron-FSDP "
+        "allocates its unsharded gradient buckets, and reduce-scatters them, in this dtype; unset: "
+        "main_grad_dtype",
+    )
     optimizer_instances: Degree = Field(
         default=1,
         description="Megatron --num-distributed-optimizer-instances: the optimizer states are "

@@ -251,7 +251,8 @@ def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
     bf16 (4 and 0 in fp32, `fp32.weight_bytes`). With fp8_param_gather / fp4_param_gather
     (which need a sharded optimizer) the quantised data and, where kept, its transpose are the
     parameter; without it they are a cache beside the parameter in its own dtype (bf16, fp16,
-    or fp32 in an fp32 model: `fp32.weight_bytes`)."""
+    or fp32 in an fp32 model: `fp32.weight_bytes`). Megatron-FSDP's ZeRO 3 FP8 parameters:
+    `fsdp_fp8_weight_bytes` (the second value then whole on every rank)."""
     if not job.quantised:
         return weight_bytes(job), 0.0
     recipe = job.quant_recipe
@@ -263,9 +264,29 @@ def quantised_weight_bytes(job: Job, layout: Layout) -> tuple[float, float]:
         copies = 2.0 + 2 * 4.0 / (128 * 128)
     else:  # delayed / tensorwise: a transpose only where the GEMM needs TN
         copies = 1.0 if job.cluster.gpu.is_blackwell else 2.0
+    if job.low_precision_params and layout.zero_stage == 3 and recipe != "nvfp4":
+        return fsdp_fp8_weight_bytes(job)
     if job.low_precision_params and layout.zero_stage >= 1:
         return copies, 0.0
     return weight_bytes(job), copies
+
+
+def fsdp_fp8_weight_bytes(job: Job) -> tuple[float, float]:
+    """(sharded, whole) bytes per FP8 parameter element at ZeRO 3 (Megatron-FSDP's
+    optim_grads_params) with --fp8-param-gather (Megatron-LM d98e8a64 megatron/core/distributed/
+    fsdp/src/megatron_fsdp/param_and_grad_buffer.py, pgb): the parameter's data lives in its
+    group's uint8 weight buffer (dtype "float8", pgb:1795-1798, :2631-2632), sharded over the
+    group (:2655-2657), 1 B an element; MXFP8 adds a sharded transpose buffer (:2634-2643, the
+    only recipe that has one, mixed_precision.py:183-185), 1 B more. The other recipes' transposes
+    are built for a unit's backward and dropped at its release (megatron_fsdp.py:496-498,
+    :627-628): Megatron-FSDP's transient buffers (`megatron_fsdp_bytes`), not kept. Whole on every
+    rank: the scales, held by the parameter outside the buffers (blockwise an fp32 per 128 x 128
+    block, MXFP8 an E8M0 per 32 each way; per-tensor ones a few bytes)."""
+    if job.quant_recipe == "mxfp8":
+        return 2.0, 2.0 / 32
+    if job.quant_recipe == "blockwise":
+        return 1.0, 4.0 / (128 * 128)
+    return 1.0, 0.0
 
 
 def output_proj_cache_bytes(job: Job, layout: Layout) -> float:

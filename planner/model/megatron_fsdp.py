@@ -9,8 +9,11 @@ fsdp/src/megatron_fsdp/ (pgb: param_and_grad_buffer.py).
 - The unit size C (megatron_fsdp.py:420-444): --suggested-communication-unit-size where set;
   else at ZeRO 3 twice the chunk's average unit (floor), at ZeRO 2 the DDP bucket size, each at
   least `UNIT_FLOOR`. The gradient queue's capacity is C, the all-gather prefetch P = C // 2.
+- Bytes: each bucket group's by `megatron_fsdp_bytes` (none for a group whose sharding group has
+  one rank, the gradient communication dtype, FP8 parameters at 1 B); elements decide the queue
+  and the prefetch.
 - Gradients: a unit's unsharded gradient bucket is allocated when first written (pgb:3094-3117),
-  in the gradient dtype (pgb:2313-2322, `Job.grad_bytes`), and freed only when popped from the
+  in the communication dtype (`Job.grad_comm_bytes`), and freed only when popped from the
   reduce-scatter queue (pgb:4230-4250): before a group is dispatched the queue pops its oldest
   entries while their sum exceeds C (pgb:3935-3948), then takes the group (:4254); the experts'
   group is ready first in a layer's backward. The queue empties at the chunk's post-backward
@@ -30,7 +33,7 @@ fsdp/src/megatron_fsdp/ (pgb: param_and_grad_buffer.py).
   parameters and two for the gradients (pgb:2524-2576), kept once allocated; the queue keeps
   at most two units with the incoming one (pgb:3956-3978) and the prefetch stops at two
   (pgb:4420-4432, :4475-4485). The pool's units are the most numerous group of one shape; the
-  others, and the buckets outside units, use the backup allocator (`double_buffered`): beside
+  others, and the buckets outside units, use the backup allocator (`megatron_fsdp_pool`): beside
   the pool two of the largest other units and one bucket outside units (the output side's or
   the embedding's; `held`).
 
@@ -48,21 +51,31 @@ only what the step's end gathers for the next forward and the double buffer's po
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
 from planner.model.dp_sync import default_bucket
 from planner.model.fp32 import weight_bytes
+from planner.model.megatron_fsdp_bytes import (
+    ELEMENTS,
+    Pair,
+    Price,
+    Unit,
+    chunk_prices,
+    grad_prices,
+    sharded,
+)
+from planner.model.megatron_fsdp_pool import cost, pool, running, shape
+from planner.model.megatron_fsdp_pool import double_buffered as pool_bytes
 from planner.model.schedule import Chunks
 from planner.model.stage_params import edge_params
 
 UNIT_FLOOR = 1_000_000_000
 """Megatron-FSDP's smallest default unit size in elements (megatron_fsdp.py:438-441, "Cap to 1B
 elements", a max); a unit size given on the command line is taken as it is."""
-
-Unit = tuple[float, float]
-"""(dense, expert) elements of one FSDP unit on one GPU."""
 
 
 def chunk_units(job: Job, layout: Layout, rank: int, chunks: Chunks) -> list[list[Unit]]:
@@ -119,14 +132,21 @@ def bucket_size(layout: Layout, chunk_params: float) -> float | None:
     return float(default_bucket(layout.dense_dp))
 
 
-def window(groups: list[float], prefetch: float) -> float:
-    """Elements of the bucket groups a gather adds after its unit: the next ones while their sum
-    is below `prefetch` (pgb:4487-4510)."""
-    held = 0.0
-    for g in groups:
-        if held >= prefetch:
+Priced = tuple[float, float]
+"""A bucket group's (elements, bytes): its elements count toward the queue's capacity and the
+prefetch (bucket_index.size, pgb:3935-3948, :4487-4510), its bytes are what it allocates
+(`megatron_fsdp_bytes`)."""
+
+
+def window(groups: list[Priced], prefetch: float) -> float:
+    """Bytes of the bucket groups a gather adds after its unit: the next ones while their
+    elements' sum is below `prefetch` (pgb:4487-4510)."""
+    size = held = 0.0
+    for g, b in groups:
+        if size >= prefetch:
             break
-        held += g
+        size += g
+        held += b
     return held
 
 
@@ -138,52 +158,78 @@ def gathered(units: list[Unit], prefetch: float) -> tuple[float, list[float]]:
     return max(fwd, default=0.0), back
 
 
-def unit_windows(units: list[Unit], prefetch: float) -> tuple[list[float], list[float]]:
-    """Unit parameters (elements) gathered at each unit's forward (its window the next groups,
-    dense before expert) and at its backward (the groups below it, expert before dense)."""
-    fwd_groups = [g for d, e in units for g in (d, e) if g]
-    bwd_groups = [g for d, e in reversed(units) for g in (e, d) if g]
+def _priced(unit: Unit, price: Pair) -> tuple[Priced, Priced]:
+    """A unit's (dense, experts') groups as (elements, bytes) at `price`."""
+    (d, e), (pd, pe) = unit, price
+    return (d, d * pd), (e, e * pe)
+
+
+def unit_windows(
+    units: list[Unit], prefetch: float, prices: Sequence[Price] | None = None
+) -> tuple[list[float], list[float]]:
+    """Unit parameters gathered at each unit's forward (its window the next groups, dense
+    before expert) and at its backward (the groups below it, expert before dense, and what its
+    own backward adds, `Price.running`): bytes at `prices` (one per unit), elements without."""
+    p = prices if prices is not None else [ELEMENTS] * len(units)
+    fwd_groups = [g for u, pr in zip(units, p, strict=True) for g in _priced(u, pr.fwd) if g[0]]
+    bwd_groups = [
+        g
+        for u, pr in zip(units[::-1], p[::-1], strict=True)
+        for g in _priced(u, pr.bwd)[::-1]
+        if g[0]
+    ]
     fwd, done = [], 0
-    for d, e in units:
-        done += (d > 0) + (e > 0)
-        fwd.append(d + e + window(fwd_groups[done:], prefetch))
+    for u, pr in zip(units, p, strict=True):
+        done += (u[0] > 0) + (u[1] > 0)
+        own = sum(b for _, b in _priced(u, pr.fwd))
+        fwd.append(own + window(fwd_groups[done:], prefetch))
     back, done = [0.0] * len(units), 0
     for i in range(len(units) - 1, -1, -1):
-        d, e = units[i]
-        done += (d > 0) + (e > 0)
-        back[i] = d + e + window(bwd_groups[done:], prefetch)
+        u, pr = units[i], p[i]
+        done += (u[0] > 0) + (u[1] > 0)
+        own = sum(b for _, b in (*_priced(u, pr.bwd), *_priced(u, pr.running)))
+        back[i] = own + window(bwd_groups[done:], prefetch)
     return fwd, back
 
 
-Step = tuple[int | None, tuple[float, ...]]
-"""One backward step: its unit's index (None: buckets outside units) and its groups' elements
+Step = tuple[int | None, tuple[Priced, ...]]
+"""One backward step: its unit's index (None: buckets outside units) and its groups (`Priced`)
 in the order they are dispatched."""
 
 
 def queue_alive(steps: list[Step], capacity: float) -> list[float]:
-    """Gradient elements alive at each step of a backward without double buffering: the queue
-    and the step's own buckets (allocated when first written); then each of the step's groups is
-    dispatched after the queue pops its oldest entries while their sum exceeds `capacity`."""
-    queue: list[float] = []
+    """Gradient bytes alive at each step of a backward without double buffering: the queue and
+    the step's own buckets (allocated when first written); then each of the step's groups is
+    dispatched after the queue pops its oldest entries while their elements' sum exceeds
+    `capacity`."""
+    queue: list[Priced] = []
     alive = []
     for _, groups in steps:
-        alive.append(sum(queue) + sum(groups))
+        alive.append(sum(b for _, b in queue) + sum(b for _, b in groups))
         for g in groups:
-            while queue and sum(queue) > capacity:
+            while queue and sum(q for q, _ in queue) > capacity:
                 queue.pop(0)
             queue.append(g)
     return alive
 
 
-def backward_steps(units: list[Unit], first: float, last: float) -> list[Step]:
+def backward_steps(
+    units: list[Unit],
+    first: float,
+    last: float,
+    prices: Sequence[Price] | None = None,
+    edge: float = 1.0,
+) -> list[Step]:
     """A chunk's gradient steps in backward order: the output side's bucket (`last`: output layer,
     final norm, MTP projections, where the chunk has them), the units from the last (experts'
-    group first), the embedding's bucket (`first`)."""
-    steps: list[Step] = [(None, (last,))] if last else []
+    group first), the embedding's bucket (`first`); at `prices` (one per unit; elements
+    without) and `edge` bytes an element outside units."""
+    p = prices if prices is not None else [ELEMENTS] * len(units)
+    steps: list[Step] = [(None, ((last, last * edge),))] if last else []
     for i in range(len(units) - 1, -1, -1):
-        d, e = units[i]
-        steps.append((i, tuple(g for g in (e, d) if g)))
-    return steps + ([(None, (first,))] if first else [])
+        dense, expert = _priced(units[i], p[i].grad)
+        steps.append((i, tuple(g for g in (expert, dense) if g[0])))
+    return steps + ([(None, ((first, first * edge),))] if first else [])
 
 
 def _edges(job: Job, layout: Layout, rank: int, units: list[list[Unit]]) -> tuple[float, float]:
@@ -226,14 +272,16 @@ def profile_and_resident(
     micro-batch's forward and backward through each chunk (`Profile`; () below ZeRO 2): the
     forward's window at each unit; at each backward step the window and the queue (emptied at
     each micro-batch's post-backward, megatron_fsdp.py:876-901); under double buffering the pool,
-    held all step. And the parameters outside units kept gathered all step at ZeRO 3."""
+    held all step. And the parameters outside units kept gathered all step at ZeRO 3 (none where
+    the dense group's buffers are not distributed: they are the persistent weights then). Bytes
+    by group: `megatron_fsdp_bytes`."""
     if layout.zero_stage < 2:
         return (), 0.0
     raw, per_chunk, (first, last) = _padded_chunks(job, layout, rank, chunks)
-    g, w = job.grad_bytes, weight_bytes(job)
+    prices = chunk_prices(job, layout, rank, chunks)
+    edge = grad_prices(job, layout)[0]  # the buckets outside units: the dense group's
     h, n = job.arch.hidden_size, job.optimizer_instances  # HSDP shards over dp / instances
     dense_group = layout.dense_dp // n
-    zero3 = layout.zero_stage == 3
     out: list[tuple[Moment, ...]] = []
     for c, units in enumerate(per_chunk):
         head = first if c == 0 else 0.0
@@ -246,15 +294,16 @@ def profile_and_resident(
         split = bucket is not None and not (head and tail and head < bucket)
         held = head + tail if tail and not split else 0.0
         if layout.fsdp_double_buffer:
-            alive = double_buffered(units)
-            outside = held or max(head, tail)
-            unit_params = alive if zero3 else 0.0
-            out.append(((None, (alive + outside) * g + unit_params * w),))
+            outside = (held or max(head, tail)) * edge
+            alive = pool_bytes(units, prices[c], "grad") + outside
+            alive += pool_bytes(units, prices[c], "pool") + running(units, prices[c])
+            out.append(((None, alive),))
             continue
         size = unit_size(job, layout, raw[c], total)
         ends = (head if split or not held else 0.0, 0.0 if held else tail)
-        out.append(chunk_moments(units, ends, held, size, zero3, (g, w)))
-    return tuple(out), (first + last) * w if zero3 else 0.0
+        out.append(chunk_moments(units, prices[c], ends, held, size, edge))
+    kept = layout.zero_stage == 3 and sharded(job, layout)[0]
+    return tuple(out), (first + last) * weight_bytes(job) if kept else 0.0
 
 
 def _padded_chunks(
@@ -285,81 +334,57 @@ def step_bytes(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     double buffering the pool, shared by every chunk (one named global buffer,
     utils.py:783-795), stays allocated (pgb:856-860): two units' gradients, at ZeRO 3 their
     parameters too, with the units of the chunks' first windows outside the pool (the backup
-    allocator's; the embedding's gather prefetches nothing, pgb:4441-4450)."""
+    allocator's; the embedding's gather prefetches nothing, pgb:4441-4450). Bytes by group as
+    in the backward (`megatron_fsdp_bytes`)."""
     if layout.zero_stage < 2:
         return 0.0
     raw, per_chunk, (first, _) = _padded_chunks(job, layout, rank, chunks)
-    g, w = job.grad_bytes, weight_bytes(job)
-    zero3 = layout.zero_stage == 3
+    prices = chunk_prices(job, layout, rank, chunks)
     if layout.fsdp_double_buffer:
-        pool = max((sum(_pool_shape(units) or ()) for units in per_chunk), default=0.0)
-        apart = 0.0
-        for c, units in enumerate(per_chunk):
-            lead = [] if c == 0 and first else units[:2]  # the gather and its prefetch
-            apart += sum(d + e for d, e in lead if _shape((d, e)) != _pool_shape(units))
-        return 2 * pool * g + (2 * pool + apart) * w if zero3 else 2 * pool * g
-    if not zero3:
+        held = 0.0
+        for field in ("grad", "pool"):
+            two = (2 * pool(u, p, field)[1] for u, p in zip(per_chunk, prices, strict=True))
+            held += max(two, default=0.0)
+        for c, (units, p) in enumerate(zip(per_chunk, prices, strict=True)):
+            # the gather and its prefetch: two units, none after the embedding's
+            lead = list(zip(units, p, strict=True))[: 0 if c == 0 and first else 2]
+            pooled = pool(units, p, "pool")[0]
+            held += sum(cost(u, q.fwd) for u, q in lead if shape(u, q.pool) != pooled)
+        return held
+    if layout.zero_stage < 3:
         return 0.0
     held = 0.0
     for c, units in enumerate(per_chunk):
         total = sum(d + e for d, e in units) + (first if c == 0 else 0.0)
         prefetch = unit_size(job, layout, raw[c], total) // 2
         if c == 0 and first:  # the embedding's gather: the groups it prefetches
-            held += window([x for d, e in units for x in (d, e) if x], prefetch)
+            groups = [
+                g for u, p in zip(units, prices[c], strict=True) for g in _priced(u, p.fwd) if g[0]
+            ]
+            held += window(groups, prefetch)
         elif units:
-            held += unit_windows(units, prefetch)[0][0]
-    return held * w
-
-
-def _shape(unit: Unit) -> tuple[float, ...]:
-    """A unit's buckets' sizes (its dense group's, its experts'), the empty ones left out."""
-    return tuple(x for x in unit if x)
-
-
-def _pool_shape(units: list[Unit]) -> tuple[float, ...] | None:
-    """The double buffer's pooled shape: the most numerous group of units whose buckets are
-    equal in number and size, the first in unit order where counts tie (FixedPoolAllocator,
-    pgb:676-698, `_is_two_bucket_group_equal` :742-754); None without units."""
-    shapes: dict[tuple[float, ...], int] = {}
-    for u in units:
-        shapes[_shape(u)] = shapes.get(_shape(u), 0) + 1
-    return max(shapes, key=lambda k: shapes[k]) if shapes else None
-
-
-def double_buffered(units: list[Unit]) -> float:
-    """Unit elements alive at once under double buffering (the gradients' and, at ZeRO 3, the
-    parameters' alike): the fixed pool's two buffers of the most numerous group of units whose
-    buckets are equal in number and size (FixedPoolAllocator, pgb:676-698: the first such group
-    in unit order where counts tie; `_is_two_bucket_group_equal`, :747-759), kept once
-    allocated (:855-860), and beside it the units outside that group, allocated apart by the
-    backup allocator (:842-848): two of the largest of them at most, as the prefetch and the
-    queue stop at two units (pgb:4420-4432, :3956-3978)."""
-    pool = _pool_shape(units)
-    if pool is None:
-        return 0.0
-    apart = sorted((d + e for d, e in units if _shape((d, e)) != pool), reverse=True)
-    return 2 * sum(pool) + sum(apart[:2])
+            held += unit_windows(units, prefetch, prices[c])[0][0]
+    return held
 
 
 def chunk_moments(
     units: list[Unit],
+    prices: Sequence[Price],
     ends: tuple[float, float],
     held: float,
     size: float,
-    zero3: bool,
-    dtypes: tuple[float, float],
+    edge: float,
 ) -> tuple[Moment, ...]:
-    """A chunk's moments without double buffering, for units of these (padded) elements, the
-    (embedding, output side) buckets in `ends`, `held` elements of one bucket outside units held
-    through the backward, unit size C = `size`, gathered parameters at ZeRO 3 (`zero3`), and
-    (gradient, weight) bytes per element `dtypes`."""
-    g, w = dtypes
-    fwd, back = unit_windows(units, size // 2) if zero3 else ([], [0.0] * len(units))
-    out: list[Moment] = [(i + 1, f * w) for i, f in enumerate(fwd)]
-    steps = backward_steps(units, *ends)
+    """A chunk's moments without double buffering, for units of these (padded) elements at
+    `prices` (one per unit, `megatron_fsdp_bytes`), the (embedding, output side) buckets in
+    `ends`, `held` elements of one bucket outside units held through the backward, the
+    buckets outside units at `edge` bytes an element, and unit size C = `size`."""
+    fwd, back = unit_windows(units, size // 2, prices)
+    out: list[Moment] = [(i + 1, f) for i, f in enumerate(fwd)]
+    steps = backward_steps(units, *ends, prices, edge)
     for k, ((i, _), alive) in enumerate(zip(steps, queue_alive(steps, size), strict=True)):
         if i is not None:
-            out.append((i + 1, (alive + held) * g + back[i] * w))
+            out.append((i + 1, alive + held * edge + back[i]))
         else:  # the output side's bucket comes first, the embedding's last
-            out.append((len(units) if k == 0 and ends[1] else 0, (alive + held) * g))
+            out.append((len(units) if k == 0 and ends[1] else 0, alive + held * edge))
     return tuple(out)

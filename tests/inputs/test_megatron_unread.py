@@ -61,8 +61,6 @@ def test_a_switch_that_changes_memory_or_time_is_noted(flag: str) -> None:
         ("--empty-unused-memory-level", "0", "2"),
         # arguments.py:3075 choices bf16 / fp32: bf16 is a bf16 run's output-layer input dtype
         ("--output-logit-dtype", "bf16", "fp32"),
-        # arguments.py:3695 default 'auto' (the main gradients' dtype, which planner reads)
-        ("--megatron-fsdp-grad-comm-dtype", "auto", "fp32"),
     ],
 )
 def test_a_value_is_noted_but_not_the_default(flag: str, default: str, other: str) -> None:

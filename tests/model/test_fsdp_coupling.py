@@ -15,6 +15,7 @@ import random
 import pytest
 
 from planner.model import fsdp_coupling, megatron_fsdp
+from planner.model.megatron_fsdp_bytes import uniform
 
 Unit = tuple[float, float]
 
@@ -112,7 +113,8 @@ def test_coupled_peak_against_a_step_by_step_simulation(seed: int) -> None:
     zero3 = rng.random() < 0.7
     ends = (rng.choice([0.0, rng.uniform(1e7, 1e9)]), rng.choice([0.0, rng.uniform(1e7, 1e9)]))
     dtypes = (rng.choice([2.0, 4.0]), rng.choice([1.0, 2.0, 4.0]))
-    moments = megatron_fsdp.chunk_moments(units, ends, 0.0, capacity, zero3, dtypes)
+    price = uniform(dtypes[0], dtypes[1] if zero3 else 0.0)  # ZeRO 2 gathers nothing
+    moments = megatron_fsdp.chunk_moments(units, [price] * n, ends, 0.0, capacity, dtypes[0])
     freed = fsdp_coupling.freed_bytes(layers, offloaded)
     peak_acts = working + freed[0]  # with h = 0 layers holding, all the chunk kept is freed
     got = peak_acts + fsdp_coupling.coupled((moments,), (freed,))

@@ -25,7 +25,7 @@ from planner.emit import megatron
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan
-from planner.model import buffers, fsdp2, megatron_fsdp, memory
+from planner.model import buffers, fsdp2, megatron_fsdp, megatron_fsdp_pool, memory
 from planner.model.rank_states import rank_state, step_bytes
 from planner.model.stage_activations import per_layer, shard
 
@@ -304,13 +304,13 @@ def test_the_double_buffer_pool_takes_the_most_numerous_shape() -> None:
     # (:842-848), two at most beside the pool (the prefetch and the queue stop at two units).
     # DeepSeek-V2-Lite's shape: one dense layer of 81 beside 26 MoE layers of (31, 34): the
     # pool is two MoE units and the dense layer sits beside it: 2 x (31 + 34) + 81 = 211
-    assert megatron_fsdp.double_buffered([(81.0, 0.0)] + 26 * [(31.0, 34.0)]) == 211.0
+    assert megatron_fsdp_pool.double_buffered([(81.0, 0.0)] + 26 * [(31.0, 34.0)]) == 211.0
     # three dense layers of 50 beside 58 MoE layers of (20, 30): 2 x 50 + 2 x 50 = 200
-    assert megatron_fsdp.double_buffered(3 * [(50.0, 0.0)] + 58 * [(20.0, 30.0)]) == 200.0
+    assert megatron_fsdp_pool.double_buffered(3 * [(50.0, 0.0)] + 58 * [(20.0, 30.0)]) == 200.0
     # a tie: the first shape pools, the second is apart: 2 x 10 + 20 = 40
-    assert megatron_fsdp.double_buffered([(10.0, 0.0), (20.0, 0.0)]) == 40.0
+    assert megatron_fsdp_pool.double_buffered([(10.0, 0.0), (20.0, 0.0)]) == 40.0
     # one shape: the pool alone, two units
-    assert megatron_fsdp.double_buffered(4 * [(7.0, 0.0)]) == 14.0
+    assert megatron_fsdp_pool.double_buffered(4 * [(7.0, 0.0)]) == 14.0
 
 
 def test_mxfp8_double_buffer_counts_the_transpose_pool() -> None:
