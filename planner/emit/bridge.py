@@ -154,6 +154,7 @@ def _moe(plan: Plan) -> dict[str, Any]:
 def sections(plan: Plan) -> dict[str, dict[str, Any]]:
     """The override's sections (ConfigContainer attribute -> fields)."""
     job, lay = plan.job, plan.require_layout()
+    fsdp2 = lay.use_torch_fsdp2
     refuse_alibi(job.arch, f"{plan.path}: model", "Megatron-Bridge")
     refuse_local_attention(plan, "Megatron-Bridge")
     model: dict[str, Any] = {
@@ -201,7 +202,8 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
             model[name] = 0.0
     # the recipe's (some turn it off) made the plan's: GPTModelProvider's default is on where
     # the fused kernel is available (gpt_provider.py:206)
-    model["gradient_accumulation_fusion"] = job.gradient_accumulation_fusion
+    # torch FSDP2 needs it off (Megatron-LM asserts it, arguments.py:1040-1041)
+    model["gradient_accumulation_fusion"] = job.gradient_accumulation_fusion and not fsdp2
     if job.arch.position_embedding_type == "rope":  # TransformerConfig's default is False
         model["apply_rope_fusion"] = job.fused_rope  # (Megatron-LM's flag defaults to True)
     if (switch := activation_switch(job)) is not None:  # the activation as timed, fused or not
@@ -229,7 +231,7 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         )
     if job.arch.is_moe:
         model |= _moe(plan)
-    fsdp = lay.zero_stage >= 2
+    fsdp = lay.zero_stage >= 2 and not fsdp2  # Megatron-FSDP's
     if fsdp:  # as the megatron-args target: no full-size model built before it is sharded
         model["init_model_with_meta_device"] = True
     if fsdp and lay.use_tp_pp_dp_mapping:  # 067f987d training/config.py:1124 asserts it off
@@ -255,14 +257,33 @@ def sections(plan: Plan) -> dict[str, dict[str, Any]]:
         "ddp": bridge_ddp.ddp_table(plan),
         "optimizer": bridge_precision.optimizer_table(plan),
         "comm_overlap": bridge_ddp.comm_overlap_table(plan),
-        # DistributedInitConfig's rank order (067f987d training/initialize.py:817)
-        **({"dist": {"use_tp_pp_dp_mapping": True}} if lay.use_tp_pp_dp_mapping else {}),
+        # DistributedInitConfig's rank order (067f987d training/initialize.py:817), torch FSDP2
+        **({"dist": dist} if (dist := _dist(plan)) else {}),
         # GPTDatasetConfig's, which ConfigContainer.validate asserts equal to the model's
         "dataset": {"seq_length": job.seq_length},
         **_checkpoint(fsdp, job.async_save),
         # config.py asserts the loss's NaN check off under a full-iteration graph
         **({"rerun_state_machine": {"check_for_nan_in_loss": False}} if whole_step else {}),
     }
+
+
+def _dist(plan: Plan) -> dict[str, Any]:
+    """DistributedInitConfig's overrides: the rank order, and torch FSDP2 (dist.use_torch_fsdp2,
+    067f987d training/config.py:1481-1482, handed to Megatron-Core's model wrapping, setup.py
+    :595-603). Bridge gives TorchFullyShardedDataParallel its ddp table, a
+    DistributedDataParallelConfig with no reshard_after_forward, so FSDP2 reshards after every
+    forward (torch_fully_sharded_data_parallel.py:84 `getattr(..., True)`): a plan that keeps the
+    parameters gathered is refused."""
+    lay = plan.require_layout()
+    if lay.use_torch_fsdp2 and not lay.torch_fsdp2_reshard_after_forward:
+        raise InputError(
+            f"{plan.path}: parallel.torch_fsdp2_reshard_after_forward: false, but Megatron-Bridge "
+            "hands FSDP2 its ddp config, which has no reshard_after_forward (FSDP2 then "
+            "reshards: torch_fully_sharded_data_parallel.py:84); launch with --target "
+            "megatron-args, or set it true"
+        )
+    out: dict[str, Any] = {"use_tp_pp_dp_mapping": True} if lay.use_tp_pp_dp_mapping else {}
+    return out | ({"use_torch_fsdp2": True} if lay.use_torch_fsdp2 else {})
 
 
 def _checkpoint(fsdp: bool, async_save: bool) -> dict[str, Any]:

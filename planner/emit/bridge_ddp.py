@@ -74,11 +74,11 @@ def ddp_table(plan: Plan) -> dict[str, Any]:
     distributed optimizer, 2 / 3 Megatron-FSDP (use_megatron_fsdp,
     data_parallel_sharding_strategy)."""
     job, lay = plan.job, plan.require_layout()
-    fsdp = lay.zero_stage >= 2
+    fsdp = lay.zero_stage >= 2 and not lay.use_torch_fsdp2  # Megatron-FSDP's (torch's: `dist`)
     return {
-        "use_distributed_optimizer": lay.zero_stage >= 1 and job.optimizer != "muon",
+        "use_distributed_optimizer": distributed_optimizer(plan),
         "overlap_grad_reduce": lay.overlap_grad_reduce,
-        "overlap_param_gather": lay.gathers_overlapped,
+        "overlap_param_gather": gathers_overlapped(lay),
         **_buckets(plan),
         "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
         # NCCL user buffers, which the plan has none of (Megatron-FSDP's double buffer they need
@@ -95,6 +95,21 @@ def ddp_table(plan: Plan) -> dict[str, Any]:
         "data_parallel_sharding_strategy": FSDP_STRATEGY[lay.zero_stage] if fsdp else "no_shard",
         **_instances(plan),
     }
+
+
+def distributed_optimizer(plan: Plan) -> bool:
+    """Whether Megatron's distributed optimizer runs: from ZeRO 1, but for Muon (its own) and
+    torch FSDP2 (whose sharded parameters Float16Optimizer updates; Megatron-LM refuses the
+    distributed optimizer there, arguments.py:1038-1039)."""
+    lay = plan.require_layout()
+    return lay.zero_stage >= 1 and plan.job.optimizer != "muon" and not lay.use_torch_fsdp2
+
+
+def gathers_overlapped(lay: Layout) -> bool:
+    """`Layout.gathers_overlapped`, off under torch FSDP2 (its own prefetch; Megatron-LM asserts
+    --overlap-param-gather with the distributed optimizer or Megatron-FSDP only,
+    arguments.py:1025-1027)."""
+    return lay.gathers_overlapped and not lay.use_torch_fsdp2
 
 
 def _deferral(lay: Layout) -> dict[str, Any]:
@@ -130,7 +145,7 @@ def comm_overlap_table(plan: Plan) -> dict[str, Any]:
         out["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         out["delay_wgrad_compute"] = lay.ep_comm_overlap
     out["overlap_grad_reduce"] = lay.overlap_grad_reduce
-    out["overlap_param_gather"] = lay.gathers_overlapped
+    out["overlap_param_gather"] = gathers_overlapped(lay)
     # Megatron's: the first bucket's gather after the optimizer step, not overlapped with it;
     # the chunks' gathers aligned where Bridge's setup derives it (unset: dp, pp, vpp > 1)
     out["overlap_param_gather_with_optimizer_step"] = False

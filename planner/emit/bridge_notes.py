@@ -180,7 +180,7 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
             "of the recipe, as defaults: a value already exported where the run starts wins "
             "(training/config.py apply_environment_variables, os.environ.setdefault)"
         )
-    if lay.zero_stage >= 2 and not _connections(plan):
+    if lay.zero_stage >= 2 and not lay.use_torch_fsdp2 and not _connections(plan):
         out.append(
             f"{CONNECTIONS} must be unset or above 1 under Megatron-FSDP (training/config.py:1110 "
             "asserts it): drop it from the env_vars of the recipe where it sets 1"

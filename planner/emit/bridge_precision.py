@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.emit.bridge_ddp import distributed_optimizer
 from planner.emit.common import SCHEDULE
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Job, Plan
@@ -67,11 +68,11 @@ def grad_reduce_in_fp32(name: str) -> bool:
 def optimizer_table(plan: Plan) -> dict[str, object]:
     """The `optimizer` table (Megatron-Core's OptimizerConfig): the optimizer, its precision, and
     the schedule's learning rates."""
-    job, lay = plan.job, plan.require_layout()
+    job = plan.job
     muon = job.optimizer == "muon"
     schedule = {flag: value for flag, _, value in SCHEDULE}
     return {
-        "use_distributed_optimizer": lay.zero_stage >= 1 and not muon,
+        "use_distributed_optimizer": distributed_optimizer(plan),
         **optimizer_precision(plan),
         "overlap_param_gather_with_optimizer_step": False,  # Megatron's default
         # the gradient statistics the plan's step pays (cost.GRAD_STATS_S); the parameter norm is

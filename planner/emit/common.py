@@ -159,13 +159,12 @@ def environment(plan: Plan) -> list[EnvVar]:
     needs_one = any(g.needs_one_device_connection for g in kinds)
     env: list[EnvVar] = []
     many = "32"
-    if lay.zero_stage >= 2:
+    if lay.zero_stage >= 2:  # torch FSDP2 too: arguments.py:1048-1049 (d98e8a64)
+        fsdp = "torch FSDP2" if lay.use_torch_fsdp2 else "Megatron-FSDP"
         if nvidia:
-            env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, "Megatron-FSDP asserts not 1"))
+            env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, f"{fsdp} asserts not 1"))
         else:
-            env.append(
-                EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", None, "Megatron-FSDP asserts it is not 1")
-            )
+            env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", None, f"{fsdp} asserts it is not 1"))
     elif lay.ep_comm_overlap:
         env.append(EnvVar("CUDA_DEVICE_MAX_CONNECTIONS", many, "EP all-to-all overlap needs > 1"))
     elif (lay.tp > 1 or lay.cp > 1) and needs_one:

@@ -5,7 +5,8 @@ Flag names are those of Megatron-LM's argument parser (megatron/training/argumen
 dataclasses it generates flags from, at NVIDIA/Megatron-LM d98e8a64), and each
 combination emitted is one `validate_args` / `TransformerConfig.__post_init__` accepts (1.2):
 
-- zero_stage 0 plain DDP; 1 `--use-distributed-optimizer`; 2 / 3 Megatron-FSDP with
+- zero_stage 0 plain DDP; 1 `--use-distributed-optimizer`; 3 with `use_torch_fsdp2` torch FSDP2
+  (`--use-torch-fsdp2`, `--no-gradient-accumulation-fusion`); 2 / 3 Megatron-FSDP with
   `--data-parallel-sharding-strategy optim_grads` / `optim_grads_params`, which asserts
   `--ckpt-format fsdp_dtensor` (Megatron sets its distributed optimizer itself), and
   `--megatron-fsdp-main-grads-dtype fp32` for fp32 gradients (its default is the parameters'
@@ -136,6 +137,10 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a.append(("--fine-grained-offloading-max-inflight-offloads", str(inflight)))
     if lay.zero_stage == 1:
         a.append(("--use-distributed-optimizer",))
+    elif lay.use_torch_fsdp2:  # no --overlap-param-gather (validate_args refuses it there)
+        a.append(("--use-torch-fsdp2",))
+        if not lay.torch_fsdp2_reshard_after_forward:
+            a.append(("--torch-fsdp2-no-reshard-after-forward",))
     elif lay.zero_stage >= 2:
         # Megatron-FSDP turns the distributed optimizer on itself, with a warning: said here
         a += [
@@ -146,8 +151,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
             ("--init-model-with-meta-device",),
         ]
         if plan.job.main_grad_dtype == "fp32":
-            # Megatron-FSDP's gradients default to the parameters' dtype (bf16), whatever
-            # --accumulate-allreduce-grads-in-fp32 says; the plan's fp32 gradients, said
+            # Megatron-FSDP's gradients default to the parameters' dtype (bf16): fp32 said
             a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
         if plan.job.fsdp_grad_comm_dtype is not None:  # its unsharded gradient buckets' dtype
             a.append(("--megatron-fsdp-grad-comm-dtype", plan.job.fsdp_grad_comm_dtype))
@@ -167,7 +171,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a.append(("--ddp-bucket-size", str(lay.ddp_bucket_size)))
         if lay.ddp_num_buckets is not None:
             a.append(("--ddp-num-buckets", str(lay.ddp_num_buckets)))
-        if lay.gathers_overlapped:
+        if lay.gathers_overlapped and not lay.use_torch_fsdp2:
             a.append(("--overlap-param-gather",))
     return a
 
@@ -201,8 +205,9 @@ def training_args(plan: Plan) -> list[Arg]:
         a.append(("--fp8-output-proj",))
     if not job.fused_rope and job.arch.position_embedding_type == "rope":
         a.append(("--no-rope-fusion",))  # rotary embeddings as separate ops, as timed
-    if not job.gradient_accumulation_fusion:  # DDP's hook adds each wgrad, as timed
-        a.append(("--no-gradient-accumulation-fusion",))  # (planner.model.wgrad_accumulation)
+    # DDP's hook adds each wgrad, as timed (planner.model.wgrad_accumulation; FSDP2 asserts it)
+    if not job.gradient_accumulation_fusion or lay.use_torch_fsdp2:
+        a.append(("--no-gradient-accumulation-fusion",))
     if job.megatron_loss in ("native", "te"):
         # a fused loss: the compiled native one where the plan says so (and where it says
         # Transformer Engine's, which Megatron-LM refuses:

@@ -207,6 +207,13 @@ class Layout:
     tp-cp-ep-pp-dp instead of tp-cp-ep-dp-pp (Megatron-LM d98e8a64 initialize.py:395), so PP
     ranks lie tp x cp apart and DP ranks tp x cp x pp apart (`planner.model.dp_sync.strides`).
     Time only: no memory changes with it."""
+    use_torch_fsdp2: bool = False
+    """Megatron --use-torch-fsdp2 (Bridge dist.use_torch_fsdp2), at zero_stage 3: PyTorch's
+    `fully_shard` per decoder layer, embedding and output layer in place of Megatron-FSDP
+    (`planner.model.torch_fsdp2`); pp 1, ep 1 (`planner.search.rules.torch_fsdp2`)."""
+    torch_fsdp2_reshard_after_forward: bool = True
+    """With `use_torch_fsdp2`: each unit's gathered parameters freed after its forward, gathered
+    again for its backward; False (--torch-fsdp2-no-reshard-after-forward) kept in between."""
     v_stages: bool = False
     """torchtitan's V placement (ZBVZeroBubble, DualPipeV at vpp 2; e347b1e5 distributed/
     pipeline_parallel.py:447-469): rank r holds stages r and 2 pp - 1 - r, rank 0 the first and
@@ -358,6 +365,7 @@ class Layout:
             (not self.overlap_grad_reduce, "grad-sync-exposed"),
             (self.zero_stage >= 1 and not self.overlap_param_gather, "param-gather-exposed"),
             (self.use_tp_pp_dp_mapping, "tp-pp-dp-order"),
+            (self.use_torch_fsdp2, "torch-fsdp2"),
             (self.vpp > 1 and not self.overlap_p2p_comm, "p2p-blocking"),
         )
         parts += [name for on, name in switches if on]

@@ -102,10 +102,12 @@ def parallel(
         out["overlap_p2p_comm"] = False
     out["moe_shared_expert_overlap"] = line.has("--moe-shared-expert-overlap")
     out["zero_stage"] = _zero_stage(line)
-    # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward
-    # whatever the flags say; with no data parallelism (or, for the parameter all-gather, no
-    # sharded optimizer) there is no such traffic and the plan default (true) is kept.
-    always = line.has("--use-torch-fsdp2") or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
+    if fsdp2 := line.has("--use-torch-fsdp2"):  # its buffers and traffic: planner.model.fsdp2's
+        keep = line.has("--torch-fsdp2-no-reshard-after-forward")  # training.py:2627-2629
+        out.update(use_torch_fsdp2=True, torch_fsdp2_reshard_after_forward=not keep)
+    # What the DP traffic overlaps with. torch FSDP2 prefetches and reduces in the backward whatever
+    # the flags say; with no DP (or sharded optimizer, for the gather) the plan default (true) holds
+    always = fsdp2 or num_gpus <= tp * pp  # FSDP2, or dp x cp == 1
     out["overlap_grad_reduce"] = always or line.has("--overlap-grad-reduce")
     if out["zero_stage"] > 0:  # without a sharded optimizer the default is left unset
         out["overlap_param_gather"] = always or line.has("--overlap-param-gather")
@@ -325,9 +327,7 @@ def _zero_stage(line: Line) -> int:
     """ZeRO 1 for the distributed optimizer, and for --optimizer dist_muon, which validate_args
     (Megatron-LM d98e8a64 arguments.py:1727-1736) makes muon with the layer-wise distributed
     optimizer, as --optimizer muon --use-distributed-optimizer is (training.py:2262-2263 gives
-    both the distributed optimizer's sharded layout); 2 or 3 under FSDP."""
-    distributed = line.has("--use-distributed-optimizer")  # forced on by Megatron-FSDP v1
-    distributed = distributed or line.text("--optimizer") == "dist_muon"
+    both the distributed optimizer's sharded layout); 2 or 3 under FSDP (torch FSDP2's: 3)."""
     if line.has("--use-torch-fsdp2"):
         return 3
     if line.has("--use-megatron-fsdp"):
@@ -338,7 +338,8 @@ def _zero_stage(line: Line) -> int:
                 f"(Megatron-LM accepts {', '.join(_FSDP_STAGE)})"
             )
         return _FSDP_STAGE[value]
-    return 1 if distributed else 0
+    distributed = line.has("--use-distributed-optimizer")  # forced on by Megatron-FSDP v1
+    return 1 if distributed or line.text("--optimizer") == "dist_muon" else 0
 
 
 def _recompute(line: Line) -> dict[str, Any]:

@@ -176,6 +176,7 @@ READ = frozenset(
         "--muon-fp32-matmul-prec",
         "--use-megatron-fsdp",
         "--use-torch-fsdp2",
+        "--torch-fsdp2-no-reshard-after-forward",  # Layout.torch_fsdp2_reshard_after_forward
         "--data-parallel-sharding-strategy",
         "--megatron-fsdp-main-grads-dtype",
         "--megatron-fsdp-grad-comm-dtype",

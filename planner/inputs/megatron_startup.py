@@ -92,13 +92,9 @@ def _batch(line: Line) -> Problem:
 
 
 def _fsdp2(line: Line) -> Problem:
-    """validate_args' torch FSDP2 sizes (args:1034-1037), and --torch-fsdp2-no-reshard-after-
-    forward, which keeps every layer's gathered weights from its forward to its backward
-    (training.py:2626-2629 -> torch_fully_sharded_data_parallel.py:82-85 `reshard_after_forward`;
-    args:3218 "enables FSDP ZeRO-2"): planner models Megatron's FSDP2 as ZeRO 3 with two layers
-    gathered at a time (planner.model.megatron_fsdp), and its ZeRO 2 would leave out
-    the weight shards FSDP2 keeps beside the gathered copy, so either reading is a too-low peak:
-    refused. Without --use-torch-fsdp2 the flag is read by nothing (get_megatron_ddp_config)."""
+    """validate_args' torch FSDP2 sizes (args:1034-1037). --torch-fsdp2-no-reshard-after-forward
+    is read (`Layout.torch_fsdp2_reshard_after_forward`, planner.model.fsdp2); without
+    --use-torch-fsdp2 it is read by nothing (get_megatron_ddp_config)."""
     if not line.has("--use-torch-fsdp2"):
         return None
     for flag, what in (
@@ -111,13 +107,6 @@ def _fsdp2(line: Line) -> Problem:
                 f"{size}: --use-torch-fsdp2 is not supported with {what} parallelism "
                 "(validate_args asserts it 1, args:1034-1037)"
             )
-    if _given(line, "--torch-fsdp2-no-reshard-after-forward"):
-        return "--torch-fsdp2-no-reshard-after-forward", (
-            "planner does not model it: FSDP2 then keeps every layer's gathered weights from "
-            "its forward to its backward beside their shards (training.py:2626-2629, "
-            "torch_fully_sharded_data_parallel.py:82-85), about 2 bytes a parameter more than "
-            "planner's ZeRO 3 counts; drop the flag to check the resharding run"
-        )
     return None
 
 

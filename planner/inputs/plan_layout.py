@@ -180,6 +180,8 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         wgrad_deferral_limit=section.wgrad_deferral_limit,
         dp_pools=section.dp_pools,
         use_tp_pp_dp_mapping=section.use_tp_pp_dp_mapping,
+        use_torch_fsdp2=section.use_torch_fsdp2,
+        torch_fsdp2_reshard_after_forward=section.torch_fsdp2_reshard_after_forward,
         v_stages=v_stages(job, vpp),  # the stages in stage order, placed by the schedule
     )
     _rank_order(job, layout, where)

@@ -141,6 +141,17 @@ class ParallelSection(BaseModel):
         "ranks tp x cp apart, data-parallel ranks tp x cp x pp apart) instead of tp-cp-ep-dp-pp; "
         "Megatron-LM and Megatron-Bridge only",
     )
+    use_torch_fsdp2: Flag = Field(
+        default=False,
+        description="Megatron --use-torch-fsdp2: PyTorch FSDP2 (fully_shard per decoder layer, "
+        "embedding and output layer) in place of Megatron-FSDP; zero_stage 3, pp 1, ep 1; "
+        "Megatron-LM and Megatron-Bridge only",
+    )
+    torch_fsdp2_reshard_after_forward: Flag = Field(
+        default=True,
+        description="with use_torch_fsdp2: free each unit's gathered parameters after its "
+        "forward (false: Megatron --torch-fsdp2-no-reshard-after-forward, kept to its backward)",
+    )
     ddp_num_buckets: PositiveInt | None = Field(
         default=None,
         le=MAX_BUCKET_PARAMS,

@@ -228,6 +228,10 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["moe_shared_expert_overlap"] = True
     if layout.use_tp_pp_dp_mapping:
         out["use_tp_pp_dp_mapping"] = True
+    if layout.use_torch_fsdp2:
+        out["use_torch_fsdp2"] = True
+    if not layout.torch_fsdp2_reshard_after_forward:
+        out["torch_fsdp2_reshard_after_forward"] = False
     if layout.fsdp_double_buffer:
         out["fsdp_double_buffer"] = True
     if layout.suggested_communication_unit_size is not None:

@@ -43,14 +43,21 @@ Mechanisms, from the code (not fitted to any published memory figure):
   `output_layer_transient`, `per_micro_batch_output`.
 - float8 (torchao Float8Linear) with enable_fsdp_float8_all_gather: the linear weights are
   gathered and kept unsharded in float8 (1 byte); otherwise in bf16 and cast per use.
+- Megatron-LM's --use-torch-fsdp2 (`Layout.use_torch_fsdp2`) runs the same `fully_shard` with
+  no MixedPrecisionPolicy, its own resharding flag, pp 1: `dtypes` and `policy` say how its
+  buffers differ; `planner.model.torch_fsdp2` counts them.
 """
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 from planner.inputs.layout import Layout
 from planner.inputs.layout_split import stage_of
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan import Reshard
 from planner.model import comms, dp_sync
+from planner.model.fp32 import weight_bytes
 from planner.model.job_memo import JobMemo
 from planner.model.params import output_params
 
@@ -62,6 +69,39 @@ ADAM_BF16 = 4.0
 """The two in bf16: `training.optimizer_state_dtype = "bf16"`, torchtitan b5bcd76c's optimizer
 implementation "fused_opt_states_bf16" (components/optimizer/optimizer.py:109-123, :332-371:
 zeros_like(p, dtype=torch.bfloat16) for each)."""
+
+
+class Dtypes(NamedTuple):
+    """Bytes per element of FSDP2's unsharded parameters (all-gather output), of the unsharded
+    gradients autograd writes, and of foreach_reduce's reduce-scatter input (reduce_dtype)."""
+
+    param: float
+    grad: float
+    reduce: float
+
+
+TITAN = Dtypes(BF16, BF16, FP32)
+"""torchtitan's MixedPrecisionPolicy(param_dtype bf16, reduce_dtype float32)."""
+
+
+def dtypes(job: Job) -> Dtypes:
+    """torchtitan's `TITAN`; under Megatron-LM's --use-torch-fsdp2, which gives fully_shard no
+    mp_policy (Megatron-LM d98e8a64 torch_fully_sharded_data_parallel.py:82-85), the
+    parameters' own dtype throughout: bf16 under Float16Module (training.py:2468-2470), fp32
+    without --bf16 (`fp32.weight_bytes`; the gradients `Job.grad_bytes`, the same bytes)."""
+    if job.framework == "torchtitan":
+        return TITAN
+    return Dtypes(weight_bytes(job), job.grad_bytes, job.grad_bytes)
+
+
+def policy(job: Job, lay: Layout) -> Reshard:
+    """The reshard_after_forward policy: torchtitan's `[torchtitan] reshard_after_forward`;
+    Megatron-LM's one flag for every unit, the output layer's too (training.py:2627-2629,
+    torch_fully_sharded_data_parallel.py:84): "always" unless
+    --torch-fsdp2-no-reshard-after-forward, then "never"."""
+    if job.framework == "torchtitan":
+        return job.titan.reshard_after_forward
+    return "always" if lay.torch_fsdp2_reshard_after_forward else "never"
 
 
 def adam_bytes(job: Job) -> float:
@@ -78,7 +118,7 @@ def shard_groups(job: Job, lay: Layout) -> tuple[int, int]:
 def keeps_unsharded(job: Job, lay: Layout) -> bool:
     """Whether a stage's parameters stay gathered across its micro-batches: "never", or any
     policy under PP (see the module docstring)."""
-    return job.titan.reshard_after_forward == "never" or lay.pp > 1
+    return policy(job, lay) == "never" or lay.pp > 1
 
 
 def states(
@@ -122,7 +162,7 @@ def states(
         return weights + gathered_bytes, grads, optimizer, 0.0, transient
     # resharded after forward: the running and the prefetched block, the output layer kept
     # from forward to backward unless "always", one block's gradient in bf16 and fp32
-    kept_output = BF16 * output_params if job.titan.reshard_after_forward != "always" else 0.0
+    kept_output = BF16 * output_params if policy(job, lay) != "always" else 0.0
     transient = 2 * per_layer_bytes + (BF16 + FP32) * per_layer
     transient = output_layer_transient(
         job, lay, output_params, per_layer, transient, prefetched=per_layer_bytes
@@ -176,15 +216,16 @@ def output_layer_transient(
     activations."""
     if output_params <= 0:
         return block
+    d = dtypes(job)  # torchtitan's bf16 gradients, fp32 reduce input (bytes above: `TITAN`)
     chunked = job.titan.loss_chunks > 1
     if lay.pp > 1:
-        return max(block, (FP32 + (BF16 if chunked else 0.0)) * output_params)
-    gathered = BF16 * output_params if job.titan.reshard_after_forward == "always" else 0.0
+        return max(block, (d.reduce + (d.grad if chunked else 0.0)) * output_params)
+    gathered = d.param * output_params if policy(job, lay) == "always" else 0.0
     if chunked:
-        at_loss = 2 * FP32 * output_params + gathered
+        at_loss = 2 * d.reduce * output_params + gathered
     else:
-        at_loss = (BF16 + FP32) * output_params + gathered + prefetched
-    after = block - FP32 * per_layer + FP32 * output_params
+        at_loss = (d.grad + d.reduce) * output_params + gathered + prefetched
+    after = block - d.reduce * per_layer + d.reduce * output_params
     return max(block, at_loss, after)
 
 
@@ -215,15 +256,17 @@ def _collectives(
     job: Job, n_params: float, stride: int, size: int, rep: int, gathered: float = BF16
 ) -> tuple[float, float]:
     """Seconds of one all-gather of `n_params` parameters at `gathered` bytes each (bf16; less
-    with float8 all-gather) and of one fp32 reduce-scatter of their gradients (with HSDP, the
+    with float8 all-gather) and of one reduce-scatter of their gradients in reduce_dtype
+    (`dtypes`: fp32 in torchtitan, the parameters' dtype in Megatron-LM; with HSDP, the
     all-reduce of the shards over the replicas after it) over a shard group of `size` ranks
     `stride` apart."""
+    reduce = dtypes(job).reduce
     shard = comms.place(job.cluster, stride, size)
     ag = comms.all_gather(n_params * gathered, shard) if size > 1 else 0.0
-    rs = comms.reduce_scatter(n_params * FP32, shard) if size > 1 else 0.0
+    rs = comms.reduce_scatter(n_params * reduce, shard) if size > 1 else 0.0
     if rep > 1:
         replicas = comms.place(job.cluster, stride * size, rep)
-        rs += comms.all_reduce(n_params * FP32 / size, replicas)
+        rs += comms.all_reduce(n_params * reduce / size, replicas)
     return ag, rs
 
 
@@ -240,7 +283,7 @@ def gathered_bytes_per_param(job: Job, lay: Layout, dense: float, fp8: float) ->
     at 1 byte where the float8 all-gather runs (`float8_gather`, as `states` keeps them
     gathered)."""
     if not float8_gather(job, lay) or dense <= 0:
-        return BF16
+        return dtypes(job).param
     fp8 = min(fp8, dense)
     return (BF16 * (dense - fp8) + 1.0 * fp8) / dense
 
@@ -255,10 +298,10 @@ def _passes(job: Job, lay: Layout, m: int) -> tuple[tuple[int, int, int, bool], 
     forward's; under PP with "default"/"never" one gather in the first forward and one
     reduce-scatter in the schedule's last backward; "always" under PP re-gathers in every
     backward (and keeps it), so only the warm-up forwards gather."""
-    policy = job.titan.reshard_after_forward
+    reshard = policy(job, lay)
     if lay.pp == 1:
-        return ((m, 1, 0, False), (m, int(policy != "never"), 1, True))
-    if keeps_unsharded(job, lay) and policy != "always":
+        return ((m, 1, 0, False), (m, int(reshard != "never"), 1, True))
+    if keeps_unsharded(job, lay) and reshard != "always":
         return ((1, 1, 0, False), (1, 0, 1, True))
     return ((min(lay.pp, m), 1, 0, False), (m - 1, 1, 0, True), (1, 1, 1, True))
 
@@ -285,8 +328,8 @@ def data_parallel_time(
     reduce-scatter. An MoE model's dense and expert parameters (their own meshes) share the
     windows: FSDP2 issues every parameter group's all-gathers on one stream and its
     reduce-scatters on another (the comm context shared under the root), so their seconds add
-    before the window comes off. `planner.model.cost` charges it for torchtitan plans in place
-    of Megatron's ZeRO traffic (`dp_sync.data_parallel`).
+    before the window comes off. `planner.model.rank_sync` charges it for torchtitan plans and
+    Megatron's torch FSDP2 in place of Megatron's ZeRO traffic (`dp_sync.data_parallel`).
 
     `output`: the stage's output-layer parameters (TP-local; 0 off the last stage), which only
     the chunked loss under PP (`per_micro_batch_output`) takes out of the blocks' units."""
@@ -296,7 +339,7 @@ def data_parallel_time(
     strides = ((lay.tp, n_d), (lay.expert_tp * lay.ep, n_e))
     own = per_micro_batch_output(job, lay, output)
     dense -= own
-    per_param = (gathered_bytes_per_param(job, lay, dense, fp8), BF16)
+    per_param = (gathered_bytes_per_param(job, lay, dense, fp8), dtypes(job).param)
     ag = rs = 0.0
     for n_params, (stride, size), gathered in zip((dense, expert), strides, per_param, strict=True):
         hit = _memo_collectives(job, n_params / units, stride, size, rep, gathered)

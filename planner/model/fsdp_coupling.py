@@ -30,9 +30,9 @@ working set rebuilt ahead of its backward), fine-grained activation offloading (
 and the offload margin), CUDA graphs (their static buffers and private pool), bf16 layers
 among quantised ones (their bytes blended per chunk, `bf16_blend`), and the EP overlap
 (combined 1F1B runs a micro-batch's forward inside another's backward). Double buffering's pool
-is held all step (`Moment` None). Megatron-LM's --use-torch-fsdp2 lines are planned as
-Megatron-FSDP (`megatron_layout._zero_stage`): their buffers, and this coupling, are
-Megatron-FSDP's, not torch FSDP2's."""
+is held all step (`Moment` None). Megatron-LM's --use-torch-fsdp2 lines (`Layout.use_torch_fsdp2`)
+have torch FSDP2's buffers (`planner.model.torch_fsdp2`), counted whole on top of the peak: no
+profile, no coupling."""
 
 from __future__ import annotations
 

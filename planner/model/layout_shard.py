@@ -52,6 +52,8 @@ SHARD_UNREAD = frozenset(
         "suggested_communication_unit_size",
         "dp_pools",
         "use_tp_pp_dp_mapping",
+        "use_torch_fsdp2",
+        "torch_fsdp2_reshard_after_forward",
         "v_stages",
     }
 )

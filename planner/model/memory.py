@@ -120,9 +120,11 @@ def stage_memory(
     profile = fsdp_profile(job, layout, rank, chunks) if transient else ()
     if profile:
         added = fsdp_coupling.coupled(profile, _freed(job, layout, rank, chunks, (sh, per), shards))
+    if profile or layout.use_torch_fsdp2:  # Megatron's torch FSDP2: none (fsdp_step)
         at_step = fsdp_step(job, layout, rank, chunks)
-    if copy:
-        copy += (at_step - added) * ACTIVATION_SCALE
+    if copy:  # what the step holds beyond `other`: less where the transient outgrows it (the
+        # peak is the same either way, the activations being at least 0)
+        copy = max(copy + (at_step - added) * ACTIVATION_SCALE, 0.0)
     transient = added * ACTIVATION_SCALE
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)

@@ -1,6 +1,7 @@
 """What a GPU of one pipeline rank keeps besides activations and fixed buffers: its weights,
 gradient buffers and optimizer states under the layout's ZeRO stage (Megatron's distributed
-optimizer, Megatron-FSDP, or torchtitan's FSDP2, `planner.model.fsdp2`), its FP8 weight caches
+optimizer, Megatron-FSDP, or torchtitan's FSDP2, `planner.model.fsdp2`; Megatron-LM's torch FSDP2
+at ZeRO 3 with `planner.model.torch_fsdp2`'s transient buffers), its FP8 weight caches
 and its transient buffers; the same at every micro-batch size, recompute policy, offloading,
 dispatcher and TP overlap, so remembered per job and rank (`rank_state`).
 `planner.model.memory` adds the activations and the fixed costs."""
@@ -17,6 +18,7 @@ from planner.model import (
     muon_layout,
     muon_step,
     optimizer_offload,
+    torch_fsdp2,
 )
 from planner.model.fp32 import adam_bytes, weight_bytes
 from planner.model.job_memo import JobMemo
@@ -72,12 +74,13 @@ _PROFILES: JobMemo[tuple[object, ...], megatron_fsdp.Profile] = JobMemo()
 
 def fsdp_profile(job: Job, layout: Layout, rank: int, chunks: Chunks) -> megatron_fsdp.Profile:
     """Megatron-FSDP's unit buffers at each moment of a micro-batch's step on one GPU of pipeline
-    rank `rank` (`megatron_fsdp.profile_and_resident`; () below ZeRO 2 and under torchtitan):
+    rank `rank` (`megatron_fsdp.profile_and_resident`; () below ZeRO 2 and under torchtitan's
+    or Megatron-LM's torch FSDP2):
     `rank_state`'s transient is its largest moment; `memory.stage_memory` couples it with the
     activations held at each moment (`fsdp_coupling`)."""
     memo, key = _PROFILES.of(job), _key(job, layout, rank)
     if key not in memo:
-        fsdp = job.framework != "torchtitan" and layout.zero_stage >= 2
+        fsdp = _megatron_fsdp(job, layout)
         memo[key] = megatron_fsdp.profile_and_resident(job, layout, rank, chunks)[0] if fsdp else ()
     return memo[key]
 
@@ -88,12 +91,21 @@ _AT_STEP: JobMemo[tuple[object, ...], float] = JobMemo()
 
 def fsdp_step(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     """Megatron-FSDP's unit buffers alive at the optimizer step on one GPU of pipeline rank
-    `rank` (`megatron_fsdp.step_bytes`; 0 below ZeRO 2 and under torchtitan)."""
+    `rank` (`megatron_fsdp.step_bytes`; 0 below ZeRO 2 and under torchtitan; 0 under
+    Megatron-LM's torch FSDP2, whose units are all resharded and reduced by then:
+    `planner.model.torch_fsdp2`)."""
     memo, key = _AT_STEP.of(job), _key(job, layout, rank)
     if key not in memo:
-        fsdp = job.framework != "torchtitan" and layout.zero_stage >= 2
+        fsdp = _megatron_fsdp(job, layout)
         memo[key] = megatron_fsdp.step_bytes(job, layout, rank, chunks) if fsdp else 0.0
     return memo[key]
+
+
+def _megatron_fsdp(job: Job, layout: Layout) -> bool:
+    """Whether the layout's buffers are Megatron-FSDP's (ZeRO 2, 3 on Megatron-LM, not torch
+    FSDP2)."""
+    fsdp = job.framework != "torchtitan" and layout.zero_stage >= 2
+    return fsdp and not torch_fsdp2.applies(job, layout)
 
 
 def _key(job: Job, layout: Layout, rank: int) -> tuple[object, ...]:
@@ -102,7 +114,8 @@ def _key(job: Job, layout: Layout, rank: int) -> tuple[object, ...]:
     # under Muon, with the buffers' bucketing (muon_layout)
     buckets = (lay.overlap_grad_reduce, lay.ddp_bucket_size, lay.ddp_num_buckets)
     key: tuple[object, ...] = (lay.tp, lay.dp, lay.cp, lay.ep, lay.expert_tp, lay.zero_stage)
-    fsdp = (lay.fsdp_double_buffer, lay.suggested_communication_unit_size, *buckets)
+    fsdp: tuple[object, ...] = (lay.fsdp_double_buffer, lay.suggested_communication_unit_size)
+    fsdp += (*buckets, lay.use_torch_fsdp2, lay.torch_fsdp2_reshard_after_forward)
     key += (lay.split_key(), rank, *(buckets if job.optimizer == "muon" else ()))
     return key + (fsdp if lay.zero_stage >= 2 else ())  # Megatron-FSDP's buffers (megatron_fsdp)
 
@@ -136,9 +149,13 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     cache = cache8 * (fp8_dense + fp8_expert)
     if rank == layout.output_rank:
         cache += buffers.output_proj_cache_bytes(job, layout)
-    # Megatron-FSDP's unit buffers, and at ZeRO 3 the parameters outside units kept gathered
-    transient, gathered = megatron_fsdp.transient_and_resident(job, layout, rank, chunks)
-    cache += gathered
+    # Megatron-FSDP's unit buffers, and at ZeRO 3 the parameters outside units kept gathered;
+    # under torch FSDP2 its own (the root's final norm, outside every unit, not counted)
+    if torch_fsdp2.applies(job, layout):
+        transient = torch_fsdp2.transient(job, layout, rank, chunks)
+    else:
+        transient, gathered = megatron_fsdp.transient_and_resident(job, layout, rank, chunks)
+        cache += gathered
     optimizer = dense * o_d + expert * o_e
     if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only
         return (weights, 0.0, 0.0, cache, transient)

@@ -96,7 +96,7 @@ def stage_sync(
     if hit is None or hit[0] != consts:
         hit = memo[key] = consts, _setup(job, lay, rank, chunks, t, groups, layers)
     dense, expert, p_bytes, own, made, emb, o = hit[1]
-    if job.framework == "torchtitan":  # FSDP2's gathers and reduce-scatters
+    if fsdp2_sync(job, lay):  # FSDP2's gathers and reduce-scatters (torchtitan, Megatron's)
         fp8 = quantised_params(job, lay, rank, chunks)[0]
         out = fsdp2.output_share(job, lay, rank)
         e, hid = fsdp2.data_parallel_time(
@@ -136,7 +136,7 @@ def _setup(
     if job.frozen_model and lay.zero_stage < 3:  # no gradient, no update to gather
         dense = expert = 0.0
     p_bytes, own, made = (0.0, 0.0), None, None
-    if job.framework != "torchtitan":
+    if not fsdp2_sync(job, lay):
         p_bytes = gathered_param_bytes(job, lay, chunks, dense, expert)
         # interleaved: each model chunk's share of the sync is its parameters'
         own = RankChunks(rank, chunk_params(job, lay, rank, chunks)) if lay.vpp > 1 else None
@@ -151,3 +151,13 @@ def _setup(
         counts = rank_layers(job, lay, rank, chunks, t)[0]
         o += muon_time.step_time(job, lay, counts, t.gpu)
     return dense, expert, p_bytes, own, made, emb, o
+
+
+def fsdp2_sync(job: Job, lay: Layout) -> bool:
+    """Whether the rank's data-parallel traffic is PyTorch FSDP2's (`fsdp2.data_parallel_time`):
+    torchtitan's, and Megatron-LM's --use-torch-fsdp2 (`Layout.use_torch_fsdp2`): per
+    micro-batch, as no_sync does nothing there (Megatron-LM d98e8a64
+    data_parallel_base.py:24-32), each unit gathered before its forward and, resharded after
+    it, again before its backward, its gradient reduce-scattered after it in the parameters'
+    dtype (`fsdp2.dtypes`); nothing gathered after the optimizer step."""
+    return job.framework == "torchtitan" or lay.use_torch_fsdp2

@@ -197,6 +197,8 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("defer_embedding_wgrad_compute", "defer-embedding-wgrad"),
     ("wgrad_deferral_limit", "wgrad-deferral-limit"),
     ("use_tp_pp_dp_mapping", "tp-pp-dp order"),
+    ("use_torch_fsdp2", "torch-fsdp2"),
+    ("torch_fsdp2_reshard_after_forward", "torch-fsdp2-reshard"),
     ("pipeline_layers", "pipeline split"),
 )
 """Every Layout field but dp, by the name `layout_change` gives it (pipeline_layers stands for the

@@ -39,8 +39,6 @@ REFUSED = [
     # issue 4: args:1034-1037
     (FSDP2 + "--pipeline-model-parallel-size 2", "--pipeline-model-parallel-size", DENSE),
     (FSDP2 + "--expert-model-parallel-size 2", "--expert-model-parallel-size", MOE + TP2),
-    # issue 1: training.py:2626-2629, torch_fully_sharded_data_parallel.py:82-85
-    (FSDP2 + "--torch-fsdp2-no-reshard-after-forward", "--torch-fsdp2-no-reshard", DENSE),
     # issue 5: moe_layer.py:636-640 (tp 2, no --sequence-parallel)
     ("--tensor-model-parallel-size 2", "--sequence-parallel", MOE),
     # issue 3: fine_grained_activation_offload.py:641-648 (pp 2) and :1084 (above 1024 x 1024)
@@ -152,6 +150,9 @@ def test_what_megatron_accepts_still_reads() -> None:
          "--overlap-p2p-communication-warmup-flush")  # fmt: skip
     # --torch-fsdp2-no-reshard-after-forward without FSDP2: get_megatron_ddp_config ignores it
     read("--torch-fsdp2-no-reshard-after-forward")
+    # with it: read (parallel.torch_fsdp2_reshard_after_forward, tests/model/
+    # test_torch_fsdp2_megatron.py)
+    read(FSDP2 + "--torch-fsdp2-no-reshard-after-forward")
 
 
 def test_fsdp2_fp8_param_gather_reads_as_megatron_rewrites_it() -> None:

@@ -9,7 +9,7 @@ dtype); megatron/training/training.py:2627-2629 gives it no DDP setting but that
 :1092-1105 makes `main_param.grad = model_param.grad.float()` per parameter at the step and drops
 the 16-bit one. Hand arithmetic on Llama 3.1 8B untied (P = 8,030,261,248 parameters, 32 layers)
 on 8 GPUs, ZeRO 3 over dp 8: gradients 2 P / 8 = 2,007,565,312 bytes (fp32 read: 4 P / 8), the
-step's fp32 copy 4 P / 8, and the live unit buffers' gradients at 2 bytes in place of 4."""
+step's fp32 copy 4 P / 8, and FSDP2's unsharded gradients at 2 bytes in place of 4."""
 
 from __future__ import annotations
 
@@ -54,15 +54,11 @@ def test_bf16_gradients_sharded_and_copied_to_fp32_at_the_step() -> None:
         grads, copy, transient = _states(plan)
         assert grads == 2 * P / 8
         assert copy == 4 * P / 8
-        # the line is planned as Megatron-FSDP's ZeRO 3 (`planner.model.megatron_fsdp`): at the
-        # backward's fourth unit the output layer's gradient bucket (128,256 x 4,096 + the final
-        # norm's 4,096 = 525,340,672) and four decoder layers' (2 x 4,096^2 (q, o) + 2 x 4,096 x
-        # 1,024 (k, v) + 3 x 4,096 x 14,336 (gate, up, down) + 2 x 4,096 (norms) = 218,112,000
-        # each) at 2 bytes, beside four layers' gathered weights at 2
-        # (tests/model/test_megatron_fsdp_buffers.py derives the count)
-        # each padded to a multiple of dp 8 x h 4,096 (16,033 and 6,657 of 32,768)
-        tail, layer = 16_033 * 32_768, 6_657 * 32_768
-        assert transient == (tail + 4 * layer) * 2 + 4 * layer * 2
+        # torch FSDP2's buffers (tests/model/test_torch_fsdp2_megatron.py), their gradients
+        # and reduce-scatter inputs at 2 bytes too: at the loss the output layer (128,256 x
+        # 4,096) gathered, its gradient and input, beside the last decoder layer (2 x 4,096^2 +
+        # 2 x 4,096 x 1,024 + 3 x 4,096 x 14,336 + 2 x 4,096 = 218,112,000) prefetched
+        assert transient == (2 + 2 + 2) * 128_256 * 4_096 + 2 * 218_112_000
 
 
 def test_fp32_training_keeps_fp32_gradients() -> None:
@@ -85,12 +81,11 @@ def test_the_reduce_scatter_moves_bf16() -> None:
 
 
 def test_the_megatron_target_writes_a_line_that_runs_it() -> None:
-    """Megatron-FSDP's ZeRO 3 keeps the gradients in the parameters' dtype unless
-    --megatron-fsdp-main-grads-dtype says fp32, and casts the shard to fp32 at the step: the
-    plan read back from the written line is the same plan, with the same peak."""
+    """The line written back runs torch FSDP2 again (its bf16 gradients need no flag): the
+    plan read back from it is the same plan, with the same peak."""
     plan = _plan("--bf16")
     text = megatron.render(plan, "job")
-    assert "--use-megatron-fsdp" in text and "--megatron-fsdp-main-grads-dtype" not in text
+    assert "--use-torch-fsdp2" in text and "--use-megatron-fsdp" not in text
     back = parse_plan(megatron_args.to_plan(text, "h100-sxm-80gb", 8))
     assert back.job.main_grad_dtype == "bf16"
     assert back.require_layout().zero_stage == 3

@@ -11,7 +11,8 @@ schedule's without its p2p overlap; `flex_settings` the flex dispatcher's SM
 count, HybridEP's budget and the paged stash; `save_original` where Transformer Engine refuses
 Megatron's save_original_input; `hybrid` those of a hybrid Mamba stack; `gdn` those
 of gated delta nets; `dsa` those of DeepSeek sparse attention;
-`torchtitan` what torchtitan runs (plans with framework = "torchtitan"). `violations` runs every
+`torch_fsdp2` those of Megatron-LM's torch FSDP2; `torchtitan` what torchtitan runs (plans
+with framework = "torchtitan"). `violations` runs every
 rule (the search uses it to prune and to count rejections per rule); `check_plan` turns a plan's
 into one InputError; `warnings` lists what Megatron would warn about, which commands report
 without refusing.
@@ -76,6 +77,7 @@ from planner.search.rules.save_original import RULES as SAVE_ORIGINAL_RULES
 from planner.search.rules.selective_policy import per_op as per_op_selective
 from planner.search.rules.shared_overlap import RULES as SHARED_OVERLAP_RULES
 from planner.search.rules.t5 import t5_scope
+from planner.search.rules.torch_fsdp2 import torch_fsdp2
 from planner.search.rules.torchtitan import RULES as TORCHTITAN_RULES
 from planner.search.rules.torchtitan import deepep_spread, shard_degree
 from planner.search.rules.torchtitan import experts as torchtitan_experts
@@ -113,6 +115,7 @@ RULES: tuple[Rule, ...] = (
     blocking_pipeline,
     experts,
     tp_pp_dp_order,
+    torch_fsdp2,
     context,
     context_attention,
     context_exchange,
