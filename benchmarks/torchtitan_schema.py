@@ -35,6 +35,7 @@ FILES = (
     "torchtitan/components/quantization/float8.py",
     "torchtitan/components/quantization/mx.py",
     "torchtitan/components/loss.py",
+    "torchtitan/components/validate.py",
     "torchtitan/tools/profiler.py",
     "torchtitan/models/common/config_utils.py",
     "torchtitan/models/deepseek_v3/mtp.py",

@@ -2,7 +2,8 @@
 header predicts the job it starts: what Megatron-LM and Megatron-Bridge have no switch for or run
 otherwise than the plan names is set as they run it, and said in the file's notes
 (`Plan.launch_notes`); `check` and `suggest` say the same (`megatron_lm_launched_note`,
-`bridge_launched_note`)."""
+`bridge_launched_note`). torchtitan's kernels and dropout, which its targets have no setting for,
+likewise (`planner.emit.torchtitan_kernels`)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from dataclasses import replace
 
 from planner.emit import megatron
 from planner.emit.prediction import HEADROOM
+from planner.emit.torchtitan_kernels import TORCHTITAN_TARGETS, torchtitan_launched
 from planner.inputs.errors import InputError
 from planner.inputs.job import Job
 from planner.inputs.plan import Plan
@@ -178,9 +180,12 @@ def bridge_launched(plan: Plan) -> Plan:
 
 
 def launched(plan: Plan, target: str, headroom_pct: float = HEADROOM) -> Plan:
-    """The plan as `target` launches it (`megatron_lm_launched`, `bridge_launched`)."""
+    """The plan as `target` launches it (`megatron_lm_launched`, `bridge_launched`,
+    `torchtitan_launched`)."""
     if target == "megatron-bridge":
         return bridge_launched(plan)
+    if target in TORCHTITAN_TARGETS:
+        return torchtitan_launched(plan)
     return megatron_lm_launched(plan, target, headroom_pct)
 
 

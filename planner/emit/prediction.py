@@ -13,7 +13,9 @@ from dataclasses import dataclass, replace
 
 from planner import __version__
 from planner.inputs.errors import InputError
+from planner.inputs.hardware import ClusterSpec
 from planner.inputs.plan import Plan
+from planner.inputs.pools import node_tiers
 from planner.inputs.units import (
     GIB,
     format_amount,
@@ -121,7 +123,63 @@ def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
         f"{p.mfu_text}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
         f"usable{_headroom_text(p)} ({verdict}){_expandable_text(p)}",
         *(f"operations: {line}" for line in p.operations),
+        *overrides_lines(plan),
     ]
+
+
+OVERRIDES = (
+    "cluster overrides the prediction rests on (the plan's [cluster]; this file does not carry "
+    "them, and reading it back with --gpu {gpu} takes the catalog's figures)"
+)
+"""The header's lead-in to the plan's overrides of its catalog GPU (`overrides_lines`)."""
+
+
+def cluster_overrides(cluster: ClusterSpec) -> list[str]:
+    """The plan's `[cluster]` settings that differ from the catalog GPU's (each with the
+    catalog's figure): what `planner.inputs.pools.one_kind` applied to it."""
+    gpu = cluster.gpu
+    out = []
+    if cluster.gpus_per_node != gpu.gpus_per_node:
+        out.append(f"gpus_per_node = {cluster.gpus_per_node} (catalog {gpu.gpus_per_node})")
+    if cluster.memory_gib != gpu.memory_gib:
+        out.append(f"memory_gib = {cluster.memory_gib:g} (catalog {gpu.memory_gib:g})")
+    if cluster.power_limit_w is not None:
+        out.append(f"power_limit_w = {cluster.power_limit_w:g} (catalog TDP {gpu.tdp_w:g})")
+    if cluster.hbm_bandwidth_tb_per_s is not None:
+        out.append(
+            f"hbm_bandwidth_tb_per_s = {cluster.hbm_bandwidth_tb_per_s:g} (catalog "
+            f"{gpu.hbm_bandwidth_tb_per_s:g})"
+        )
+    if cluster.tiers != node_tiers(gpu.tiers, gpu.gpus_per_node, cluster.gpus_per_node):
+        tiers = ", ".join(
+            f"{t.name} {t.bandwidth_gb_per_s_per_gpu:g} GB/s"
+            + (f" over {t.span_gpus}" if t.span_gpus else "")
+            for t in cluster.tiers
+        )
+        out.append(f"tiers = {tiers} (not the catalog's)")
+    if cluster.host_memory_gib_per_node is not None:
+        catalog = gpu.host_memory_gib_per_node
+        out.append(
+            f"host_memory_gib_per_node = {cluster.host_memory_gib_per_node:g} (catalog "
+            f"{'none' if catalog is None else format(catalog, 'g')})"
+        )
+    if cluster.gpus_per_domain_used is not None:
+        out.append(f"gpus_per_domain_used = {cluster.gpus_per_domain_used}")
+    return out
+
+
+def overrides_lines(plan: Plan) -> list[str]:
+    """The header lines naming the plan's cluster overrides (`cluster_overrides`), per pool for
+    a plan over pools; none where the plan takes its catalog GPUs as they are."""
+    job = plan.job
+    clusters = [(f"pool {p.name!r}: ", p.cluster) for p in job.pools] or [("", job.cluster)]
+    lines = []
+    for prefix, cluster in clusters:
+        found = cluster_overrides(cluster)
+        if found:
+            lead = OVERRIDES.format(gpu=cluster.gpu.name)
+            lines.append(f"{prefix}{lead}: {'; '.join(found)}")
+    return lines
 
 
 def _headroom_text(p: Prediction) -> str:

@@ -17,6 +17,8 @@ emitted TOML is checked against it):
   into micro-batches of pipeline_parallel_microbatch_size and runs k schedules a step, train.py
   :561), without PP the micro-batch (train.py accumulates global / (local x dp) of them).
 - [activation_checkpoint] mode none | full | selective with selective_ac_option "op" or "N".
+- [validation] enable, local_batch_size and seq_len (job_config.py:951, :960, :963) where the
+  plan validates (`[torchtitan] validation_batch`, whose forward the memory counts).
 - [debug] deterministic, and moe_force_load_balance for forced-balance routing (the models
   that read it: `torchtitan_toml.FORCE_BALANCE_MODELS`; gpt_oss's is refused, naming the
   module target).
@@ -45,6 +47,7 @@ from typing import Any
 
 from planner.emit.common import SCHEDULE, comment_block
 from planner.emit.prediction import HEADROOM, header, predict
+from planner.emit.torchtitan_validation import toml_table
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.plan_writer import toml_value
@@ -263,6 +266,8 @@ def sections(plan: Plan, checkpoint_interval: int) -> dict[str, dict[str, Any]]:
         "activation_checkpoint": _activation_checkpoint(plan),
         "compile": _compile(titan),
     }
+    if titan.validation_batch:  # the validator after each step (planner.model.titan_validation)
+        out["validation"] = toml_table(plan)
     if job.deterministic:  # torch's deterministic algorithms (model.determinism)
         out["debug"] = {"deterministic": True}
     if job.arch.is_moe and job.moe_router_force_load_balancing:  # round-robin routing
@@ -341,6 +346,7 @@ def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
             "and training.dataset",
             f"for torchtitan at that commit or before it: {TOML_REMOVED} reads no TOML (a "
             "Python config function, --module / --config: launch --target torchtitan-module)",
+            *(f"note: {n}" for n in plan.launch_notes),
             f"{GPU_LINE}{plan.job.cluster.gpu.name}",
         ]
     )

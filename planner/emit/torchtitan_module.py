@@ -27,6 +27,8 @@ sets the tokenizer folder, dataset, loss and logging) and sets what the plan dec
   compile, as torchtitan requires), optimizer, LR schedule, checkpoint interval, determinism,
   forced-balance routing (debug.moe_force_load_balance, round-robin: every MoE layer's router,
   models common decoder.py:233-236);
+- the validator (`config.validator.enable`) where the plan validates: on the training's batches,
+  the only ones it runs (`planner.emit.torchtitan_validation`: another batch or length refused);
 - the profiler off (`config.profiler.enable_profiling = False`): llama3_8b() and llama3_70b()
   turn it on (llama3/config_registry.py:203-206, 276-279: a traced step every 100, with a
   trace written per rank, tools/profiler.py), which the predicted steady-state step has not.
@@ -51,6 +53,7 @@ from dataclasses import dataclass
 from planner.emit.common import SCHEDULE, comment_block
 from planner.emit.prediction import HEADROOM, header, predict
 from planner.emit.torchtitan import GPU_LINE, routing_refusal, stage_modules
+from planner.emit.torchtitan_validation import module_refusal
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
 from planner.inputs.torchtitan import (
@@ -188,6 +191,9 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
             "(distributed/utils.py:201-206, since da38566d), with no field to keep it: set "
             "deterministic_fill = false, or write the TOML job config (launch --target torchtitan)",
         )
+    refused = module_refusal(plan, HEAD_COMMIT)
+    if refused is not None:
+        raise refused
     if job.seq_length > base.max_context:
         raise _refuse(
             plan,
@@ -337,6 +343,8 @@ def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
         body.append("config.debug.deterministic = True")
     if job.arch.is_moe and job.moe_router_force_load_balancing:  # every MoE layer's router
         body.append("config.debug.moe_force_load_balance = True")
+    if titan.validation_batch:  # its batch and seq_len the training's (module_refusal)
+        body.append("config.validator.enable = True")
     head = comment_block(
         [
             *header(plan, "torchtitan module", job_name, p),
@@ -346,6 +354,7 @@ def render(plan: Plan, job_name: str, *, headroom_pct: float = HEADROOM) -> str:
             "planner launch --target torchtitan-module writes beside it); the tokenizer folder "
             "and dataset are the baseline's",
             DIFFERENCES,
+            *(f"note: {n}" for n in plan.launch_notes),
             f"{GPU_LINE}{job.cluster.gpu.name}",
         ]
     )

@@ -22,6 +22,7 @@ from planner.inputs.torchtitan import (
 from planner.inputs.torchtitan_float8 import DEEPEP_GROUPED
 from planner.search.rules.base import Violation
 from planner.search.rules.torchtitan_era import head_era
+from planner.search.rules.torchtitan_megatron import megatron_setting
 from planner.search.rules.torchtitan_mtp import mtp
 from planner.search.rules.torchtitan_shapes import heads, placement, schedule, stage_count
 from planner.search.rules.torchtitan_tied import tied_pipeline
@@ -113,105 +114,9 @@ def features(job: Job, lay: Layout) -> Violation | None:
     """Megatron-LM features torchtitan does not have, and torchtitan's own conditions."""
     if not _titan(job):
         return None
-    megatron_only = (
-        (lay.tp_comm_overlap, "parallel.tp_comm_overlap", "use torchtitan.async_tp"),
-        (lay.ep_comm_overlap, "parallel.ep_comm_overlap", "no torchtitan setting"),
-        (
-            lay.moe_shared_expert_overlap,
-            "parallel.moe_shared_expert_overlap",
-            "no torchtitan setting",
-        ),
-        (lay.cpu_offloading_num_layers > 0, "parallel.cpu_offloading_num_layers", "none"),
-        (
-            bool(lay.offload_modules),
-            "parallel.offload_modules",
-            "its trainer offloads no activations; training.enable_cpu_offload moves FSDP2's "
-            "parameters, gradients and optimizer states",
-        ),
-        (
-            lay.defer_embedding_wgrad_compute,
-            "parallel.defer_embedding_wgrad_compute",
-            "torch's schedules run each weight gradient in its backward",
-        ),
-        (
-            lay.microbatch_group_size_per_vp_stage is not None,
-            "parallel.microbatch_group_size_per_vp_stage",
-            "torch's schedules fix it",
-        ),
-        (not lay.overlap_grad_reduce, "parallel.overlap_grad_reduce", "FSDP2 always overlaps"),
-        (not lay.overlap_param_gather, "parallel.overlap_param_gather", "FSDP2 prefetches"),
-        *(
-            (
-                getattr(lay, f) is not None,
-                f"parallel.{f}",
-                "FSDP2 reduces per module, not in buckets",
-            )
-            for f in ("ddp_bucket_size", "ddp_num_buckets")
-        ),
-        (job.main_grad_dtype != "fp32", "training.main_grad_dtype", "reduces in float32 only"),
-        (
-            job.optimizer_state_dtype != "fp32" and job.optimizer != "adam",
-            "training.optimizer_state_dtype",
-            "bf16 moments are AdamW's only (b5bcd76c optimizer implementation \"fused_opt_states_"
-            'bf16", components/optimizer/optimizer.py:109-123)',
-        ),
-        (job.main_params_dtype != "fp32", "training.main_params_dtype", "fp32 only"),
-        (
-            job.use_precision_aware_optimizer,
-            "training.use_precision_aware_optimizer",
-            "Megatron's (Transformer Engine's FusedAdam) only",
-        ),
-        (
-            job.exp_avg_dtype is not None or job.exp_avg_sq_dtype is not None,
-            "training.exp_avg_dtype",
-            "per-moment dtypes are Megatron's (Transformer Engine's FusedAdam) only",
-        ),
-        (job.fp8_param_gather, "training.fp8_param_gather", "use torchtitan.float8_all_gather"),
-        (
-            job.arch.is_moe and lay.moe_token_dispatcher_type == "allgather",
-            "parallel.moe_token_dispatcher_type",
-            'torchtitan dispatches with all-to-all ("alltoall") or DeepEP ("flex")',
-        ),
-        (
-            job.moe_expert_rank_capacity_factor is not None or job.moe_paged_stash,
-            "training.moe_expert_rank_capacity_factor",
-            "torchtitan's DeepEP is dropless, with no paged stash",
-        ),
-        (
-            lay.moe_flex_dispatcher_num_sms is not None,
-            "parallel.moe_flex_dispatcher_num_sms",
-            "DeepEP's default SM count under torchtitan",
-        ),
-        (
-            not job.flash_attention,
-            "training.flash_attention",
-            "torch's SDPA tries cuDNN, then flash attention, with no setting to unfuse it: "
-            "e347b1e5 models/attention.py:168-190, b5bcd76c models common attention.py:382-417",
-        ),
-        (
-            job.gemm_sm_margin > 0,
-            "training.gemm_sm_margin",
-            "Transformer Engine's NVTE_EXT_MARGIN_SM; torchtitan's GEMMs are torch's",
-        ),
-        (
-            job.log_grad_stats,
-            "training.log_grad_stats",
-            "--log-num-zeros-in-grad; torchtitan has no such statistic",
-        ),
-        (
-            job.cross_entropy == "fused",
-            "training.cross_entropy",
-            'torchtitan has no fused cross entropy: "pytorch" (loss parallel, vocab-split under '
-            'TP) or "gathered" (e347b1e5 disable_loss_parallel)',
-        ),
-    )
-    for broken, field, instead in megatron_only:
-        if broken:
-            return Violation(
-                "tt_megatron_only",
-                field,
-                f"a Megatron-LM setting torchtitan does not run ({instead})",
-            )
+    found = megatron_setting(job, lay)
+    if found is not None:
+        return found
     backend = lay.moe_flex_dispatcher_backend
     if job.arch.is_moe and lay.moe_token_dispatcher_type == "flex" and backend != "deepep":
         return Violation(
