@@ -67,6 +67,7 @@ def _plan(tmp_path: Path, training: str = "", parallel: str = "", model: str = M
         ("vision_encoder = [24, 576, 14]", "", "training.vision_encoder"),
         ("masked_softmax_fusion = false", "", "training.masked_softmax_fusion"),
         ("", "fsdp_double_buffer = true", "parallel.fsdp_double_buffer"),
+        ('fsdp_grad_comm_dtype = "fp32"', "", "training.fsdp_grad_comm_dtype"),
         (
             "",
             "suggested_communication_unit_size = 100000000",

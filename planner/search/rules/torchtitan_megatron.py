@@ -143,6 +143,11 @@ def megatron_setting(job: Job, lay: Layout) -> Violation | None:
             for f in ("fsdp_double_buffer", "suggested_communication_unit_size")
         ),
         (
+            job.fsdp_grad_comm_dtype is not None,
+            "training.fsdp_grad_comm_dtype",
+            "Megatron-FSDP's; FSDP2 reduces in its MixedPrecisionPolicy's reduce_dtype",
+        ),
+        (
             job.cross_entropy == "fused",
             "training.cross_entropy",
             'torchtitan has no fused cross entropy: "pytorch" (loss parallel, vocab-split under '
