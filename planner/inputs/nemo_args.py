@@ -37,7 +37,7 @@ from planner.inputs.nemo_keys import (
 )
 from planner.inputs.nemo_parallel import parallel_table
 from planner.inputs.nemo_recipes import GPUS_PER_NODE, NEMO_SOURCE, RECIPES, Recipe
-from planner.inputs.nemo_training import training_table
+from planner.inputs.nemo_training import mxfp8_gather_note, training_table
 
 __all__ = ["NemoReading", "is_nemo_line", "read"]
 
@@ -180,7 +180,9 @@ def read(
     _gpu_count(line, recipe, num_gpus, notes)
     model = _model(line, recipe, vocab_size, notes)
     parallel = parallel_table(line, recipe, notes)
+    _cp_positions(line, model, parallel["cp"])
     training = training_table(line, recipe, model, notes)
+    missing += mxfp8_gather_note(line, training, parallel)
     doc = {
         "model": model,
         "cluster": {"gpu": gpu, "num_gpus": num_gpus},
@@ -240,11 +242,60 @@ def _model(
             str(freq), f"{line.where}: model.config.moe_layer_freq"
         )
         changed.append("moe_layer_freq")
+    if _positions(line, recipe, model, notes):
+        changed.append(f"seq_length={model['max_position_embeddings']}")
     if changed:
         model["name"] = f"{arch.name}+overrides"
         model["source"] = f"{arch.source}; changed by the line: {', '.join(changed)}"
     _vocabulary(line, recipe, model, vocab_size, notes)
     return model
+
+
+SEQ, MAX_POSITIONS = "model.config.seq_length", "model.config.max_position_embeddings"
+HAS_MAX_POSITIONS = ("MixtralConfig8x7B", "MixtralConfig8x22B")
+"""The recipe configs with a max_position_embeddings field (MixtralConfig's, NeMo 8cfedd72's GPT
+model mixtral.py:52, :106, :121), which only their Hugging Face conversion reads (:226, :372):
+NeMo builds the model from seq_length."""
+
+
+def _positions(line: NemoLine, recipe: Recipe, model: dict[str, Any], notes: list[str]) -> bool:
+    """The position table's length: GPTConfig.configure_model hands its seq_length to
+    Megatron-Core's GPTModel as max_sequence_length (NeMo GPT model base.py:399), the rows of
+    a learned table (gpt_model.py:177, language_model_embedding.py:72 @d98e8a64): the line's
+    model.config.seq_length, else the recipe config's (`Recipe.config_seq_length`), never the
+    zoo model's max_position_embeddings. Whether the line set it."""
+    given = SEQ in line.values
+    seq = line.get(SEQ) if given else recipe.config_seq_length
+    if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
+        raise line.fail(SEQ, "expected a positive integer (GPTConfig.seq_length)")
+    model["max_position_embeddings"] = seq
+    if MAX_POSITIONS not in line.values:
+        return given
+    if recipe.config not in HAS_MAX_POSITIONS:
+        raise line.fail(
+            MAX_POSITIONS,
+            f"not a field of {recipe.config} (NeMo-Run refuses it: No parameter named "
+            "max_position_embeddings); NeMo sizes the position table by model.config.seq_length "
+            "(NeMo GPT model base.py:399)",
+        )
+    notes.append(
+        f"{MAX_POSITIONS}={line.get(MAX_POSITIONS)!r}: {recipe.config}'s own field "
+        f"(mixtral.py:52), read only by its Hugging Face conversion; NeMo builds the model from "
+        f"{SEQ} ({seq})"
+    )
+    return given
+
+
+def _cp_positions(line: NemoLine, model: dict[str, Any], cp: int) -> None:
+    """NeMo's llm.api._validate_config asserts the model config's seq_length a multiple of 2 x
+    context_parallel_size under context parallelism (api.py:1385-1389, NeMo 8cfedd72)."""
+    seq = model["max_position_embeddings"]
+    if cp > 1 and seq % (2 * cp):
+        why = "NeMo asserts it a multiple of 2 x context_parallel_size"
+        raise InputError(
+            f"{line.where}: {SEQ}={seq}: {why} ({2 * cp}; llm.api._validate_config, "
+            "api.py:1385-1389)"
+        )
 
 
 def _config_default(line: NemoLine, key: str, name: str, model: dict[str, Any]) -> Any:

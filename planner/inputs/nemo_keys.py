@@ -9,7 +9,9 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
       expert_tensor_parallel_size          tp, pp, vpp (None = 1), cp, ep, etp
     trainer.strategy.sequence_parallel         sequence_parallel (off when tp = 1, as NeMo does)
     trainer.strategy.ddp.overlap_grad_reduce / overlap_param_gather / bucket_size /
-      num_buckets                              the same (ddp_bucket_size, ddp_num_buckets)
+      num_buckets                              the same (ddp_bucket_size, ddp_num_buckets;
+                                               the gather exposed without overlap_grad_reduce:
+                                               `nemo_parallel.one_bucket`)
     trainer.strategy.ddp.grad_reduce_in_fp32,
       trainer.plugins.grad_reduce_in_fp32      main_grad_dtype fp32 (False: bf16)
     optim.config.use_distributed_optimizer     zero_stage 1 (False: 0)
@@ -45,6 +47,11 @@ nemo/collections/llm/gpt/model/base.py GPTConfig, a Megatron-Core TransformerCon
     model.config.tp_comm_overlap=True          refused: NeMo makes no userbuffers without its
                                                comm-overlap callback (`nemo_parallel`)
     trainer.strategy.use_te_rng_tracker        needed beside enable_cuda_graph (`nemo_training`)
+    model.config.seq_length                    max_position_embeddings (the learned position
+                                               table NeMo builds; unset: the recipe config's)
+    model.config.gradient_accumulation_fusion  the same ([training]; unset: the recipe config's)
+    trainer.plugins.reuse_grad_buf_for_mxfp8_param_ag   MXFP8's gather as planner prices it
+                                               (not True: noted, `nemo_training`)
 
 Keys NeMo runs that planner does not price, and model.config keys NeMo writes the strategy's
 over, are noted (`nemo_unread`). Any other `model.config.`, `trainer.strategy.[ddp.]`,
@@ -73,7 +80,7 @@ from planner.inputs.megatron_flags import (
     REFUSED,
     megatron_flags,
 )
-from planner.inputs.nemo_unread import NOTED, OVERWRITTEN, unread_note
+from planner.inputs.nemo_unread import NOT_FIELDS, NOTED, OVERWRITTEN, unread_note
 
 ROOTS = ("trainer", "model", "data", "optim", "log", "resume")
 """The top-level entries of `nemo llm pretrain`'s Partial (llm.api.pretrain's arguments)."""
@@ -162,6 +169,10 @@ SPECIAL = (
     "model.config.attention_dropout",
     "model.config.hidden_dropout",
     "model.config.moe_layer_freq",
+    "model.config.seq_length",  # the learned position table's length (nemo_args._positions)
+    "model.config.max_position_embeddings",  # MixtralConfig's alone (nemo_args._positions)
+    "model.config.gradient_accumulation_fusion",
+    "trainer.plugins.reuse_grad_buf_for_mxfp8_param_ag",
     "model.config.use_transformer_engine_op_fuser",
     "model.config.moe_grouped_gemm",
     "model.config.moe_mlp_glu_interleave_size",
@@ -202,7 +213,6 @@ HARMLESS = frozenset(
         "data.num_train_samples",
         "data.num_val_samples",
         "data.num_test_samples",
-        "model.config.seq_length",  # rotary tables; what trains is data.seq_length
         # read by Megatron-Core's local attention only; NeMo builds TE's, which reads
         # NVTE_MASKED_SOFTMAX_FUSION instead (TE d0067d0d dot_product_attention/softmax.py:264-266)
         "model.config.masked_softmax_fusion",
@@ -225,9 +235,14 @@ BY_MEGATRON_FLAG = (
     "optim.config.",
 )
 """Prefixes whose other keys are classified by the Megatron-LM flag of their last name."""
-_ARCH_FIXED = {"name", "source", "display_name", "seq_length", "moe_layer_freq"}
+_ARCH_FIXED = {
+    *("name", "source", "display_name", "seq_length", "moe_layer_freq", "max_position_embeddings"),
+    *NOT_FIELDS,
+}
 ARCH_KEYS = {f"model.config.{f}": f for f in ModelArch.model_fields if f not in _ARCH_FIXED}
-"""model.config.<field> -> the ModelArch field of the same name (TransformerConfig's names)."""
+"""model.config.<field> -> the ModelArch field of the same name: TransformerConfig's and
+GPTConfig's names; planner's own names for what the configs say otherwise
+(`nemo_unread.NOT_FIELDS`) are refused."""
 KNOWN = frozenset(
     {*PARALLEL, *PARALLEL_SWITCHES, *TRAINING, *SPECIAL, *HARMLESS, *ARCH_KEYS, *NOTED}
     | set(OVERWRITTEN)
@@ -275,6 +290,12 @@ def classify(values: dict[str, Any], where: str, missing: list[str], notes: list
     ignored = []
     flags = megatron_flags()
     for key, value in values.items():
+        name = key.removeprefix("model.config.")
+        if name in NOT_FIELDS and name != key:
+            raise InputError(
+                f"{where}: {key}={value!r}: not a field of NeMo's model config (NeMo-Run refuses "
+                f"it: No parameter named {name}); {NOT_FIELDS[name]}"
+            )
         if key in NOTED or key in OVERWRITTEN:
             note = unread_note(key, value)
             if note is not None:

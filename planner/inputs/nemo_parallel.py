@@ -52,12 +52,43 @@ def parallel_table(line: NemoLine, recipe: Recipe, notes: list[str]) -> dict[str
     out["sequence_parallel"] = bool(sp) and out["tp"] > 1  # NeMo turns it off at tp = 1
     distributed = line.flag("optim.config.use_distributed_optimizer", True)
     out["zero_stage"] = 1 if distributed else 0
+    one_bucket(line, out, notes)
     tp_comm_overlap(line)
     recompute_choices(line)
     full_recompute(line, out)
     cpu_offloading(line, out, notes)
     p2p_overlap(line, out)
     return out
+
+
+GRAD, GATHER = (
+    "trainer.strategy.ddp.overlap_grad_reduce",
+    "trainer.strategy.ddp.overlap_param_gather",
+)
+
+
+def one_bucket(line: NemoLine, out: dict[str, Any], notes: list[str]) -> None:
+    """The DDP overlaps as Megatron-Core runs them under NeMo, which does not run Megatron-LM's
+    validate_args (whose arguments.py:1028 refuses the parameter gather's overlap without the
+    gradient reduction's): the recipes' DDP config overlaps both (llama3_8b.py:119-120), and
+    Megatron-Core asserts only the distributed optimizer or the gather's overlap
+    (param_and_grad_buffer.py:397 @d98e8a64). With overlap_grad_reduce off it makes each model
+    chunk's parameters one bucket (bucket_size None, distributed_data_parallel.py:135-137), whose
+    all-gather the chunk's first forward pre-hook dispatches and waits for at once
+    (param_and_grad_buffer.py:557-561): the gather is exposed whole, as planner prices it with
+    overlap_param_gather off, which the plan then says."""
+    if out.get("overlap_grad_reduce", True) or not out.get("overlap_param_gather", True):
+        return
+    if out["zero_stage"] == 0:  # nothing sharded to gather (the plan's rule reads it so too)
+        return
+    out["overlap_param_gather"] = False
+    whose = "the line's" if GATHER in line.values else "the recipe's"
+    notes.append(
+        f"{GRAD}=False with {GATHER}=True ({whose}): Megatron-Core then keeps each model chunk's "
+        "parameters in one DDP bucket (distributed_data_parallel.py:135-137 @d98e8a64), whose "
+        "all-gather the first layer's forward waits for whole (param_and_grad_buffer.py:557-561): "
+        "priced as overlap_param_gather off"
+    )
 
 
 RECOMPUTE_CHOICES = {

@@ -59,6 +59,15 @@ class Recipe:
     accounted: bool = False
     """The strategy counts the embedding and the loss as pipeline layers
     (account_for_embedding_in_pipeline_split / _loss_; llama31_405b.py sets both)."""
+    config_seq_length: int = 4096
+    """The model config's seq_length, which NeMo builds the model with
+    (`max_sequence_length=self.seq_length`, NeMo GPT model base.py:399): a learned position
+    table holds that many positions whatever data.seq_length is (Megatron-Core gpt_model.py:177,
+    language_model_embedding.py:72 @d98e8a64)."""
+    grad_accum_fusion: bool = True
+    """GPTConfig.gradient_accumulation_fusion (NeMo GPT model base.py:304: on where APEX's
+    fused kernel imports, :47-51, as in NeMo's containers); off, DDP's hook adds each weight
+    gradient into the main gradient (`planner.model.wgrad_accumulation`)."""
     dropout: bool = False
     """The config's attention and hidden dropout are above 0 (GPTConfig keeps TransformerConfig's
     0.1). Every config planner reads sets both to 0.0, so its recipes keep no dropout masks:
@@ -79,6 +88,8 @@ _GEMMA2_2B = Recipe(
     global_batch_size=32,
     micro_batch_size=2,
     vocab_in_config=True,
+    config_seq_length=8192,  # Gemma2Config.seq_length (gemma2.py:104; Gemma2Config2B keeps it)
+    grad_accum_fusion=False,  # Gemma2Config.gradient_accumulation_fusion (gemma2.py:114)
     # Gemma2Config: activation openai_gelu (NeMo's own), bias_activation_fusion left at
     # TransformerConfig's False, so the GLU runs eagerly and saves gelu(x) too
     fused_glu=False,
@@ -95,10 +106,6 @@ _GEMMA2_2B = Recipe(
         "Gemma 2's final-logit soft-capping keeps a tanh output the size of the logits for its "
         "backward on the last stage (seq_length x micro_batch_size x vocabulary / tp x 2 bytes: "
         "1.95 GiB at the recipe's 4096 x 2 x 256,000 / 2): not counted (memory under-estimated)",
-        # gemma2.py:114
-        "Gemma2Config turns gradient accumulation fusion off: each weight gradient is written "
-        "to its own tensor and then added into the fp32 main gradient, which is not timed or "
-        "counted",
     ),
 )
 
@@ -130,6 +137,12 @@ RECIPES: dict[str, Recipe] = {
             ep=row[8],
             num_nodes=row[9],
             seq_length=row[10],
+            # each config's seq_length is its data's: Llama3Config8B / 70B 8192 (llama.py:207,
+            # :223), the llama31_* recipes set 8192 over Llama31Config's 131,072
+            # (llama31_8b.py:61, llama31_70b.py:61, llama31_405b.py:61), LlamaConfig 4096
+            # (llama.py:72; Llama2Config7B keeps it), MixtralConfig8x7B / 8x22B 4096
+            # (mixtral.py:107, :122)
+            config_seq_length=row[10],
             global_batch_size=512,
             micro_batch_size=1,
             # MixtralConfig leaves moe_ffn_hidden_size unset (= ffn_hidden_size)

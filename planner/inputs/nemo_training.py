@@ -61,6 +61,8 @@ def training_table(
         out["fused_swiglu"] = False
     _loss(line, out)
     _dropouts(line, recipe, out)
+    if not line.flag("model.config.gradient_accumulation_fusion", recipe.grad_accum_fusion):
+        out["gradient_accumulation_fusion"] = False  # planner.model.wgrad_accumulation
     key = "model.config.use_transformer_engine_op_fuser"
     # grouped-GEMM experts only where the line asks: no recipe config here sets it, and
     # TransformerConfig leaves it off (transformer_config.py:850 @d98e8a64; MixtralConfig,
@@ -97,6 +99,33 @@ def _fp8_gather(line: NemoLine) -> bool:
             "conflicts with trainer.plugins.fp8_param_gather (NeMo's precision plugin raises)",
         )
     return bool(given and given[0])
+
+
+REUSE = "trainer.plugins.reuse_grad_buf_for_mxfp8_param_ag"
+MXFP8_OWN_BUFFER = (
+    "trainer.plugins.fp8_recipe=mxfp8 with the FP8 parameter gather and without "
+    f"{REUSE}=True (False by default: NeMo 8cfedd72 plugins/mixed_precision.py:92, :132, written "
+    "onto the DDP config by megatron_strategy.py:469-470): Megatron-Core's DDP then backs every "
+    "parameter with a persistent parameter buffer of its own (param_and_grad_buffer.py:1245-1263 "
+    "@d98e8a64; optimizer_config.py:416-422 warns of 'significant additional GPU memory'): "
+    "planner counts the gather through the gradient buffer, as with the switch on (memory "
+    "under-estimated)"
+)
+"""What `mxfp8_gather_note` says (the Megatron-LM reader's megatron_args_memory.MXFP8_OWN_BUFFER
+in NeMo's keys)."""
+
+
+def mxfp8_gather_note(
+    line: NemoLine, training: dict[str, Any], parallel: dict[str, Any]
+) -> list[str]:
+    """The not-modelled note of an MXFP8 parameter gather by the distributed optimizer (ZeRO 1)
+    without the precision plugin's reuse of the gradient buffer (MXFP8_OWN_BUFFER); with it on,
+    the path planner prices (`planner.model.stage_sync` gathers_in_grad_buffer), nothing."""
+    reuse = line.flag(REUSE, False)  # True / False (NeMo-Run's 1 / 0) whatever the recipe
+    gather = training.get("fp8_param_gather") and training.get("fp8_recipe") == "mxfp8"
+    if not gather or parallel.get("zero_stage", 0) != 1:
+        return []
+    return [] if reuse else [MXFP8_OWN_BUFFER]
 
 
 def _dropouts(line: NemoLine, recipe: Recipe, out: dict[str, Any]) -> None:

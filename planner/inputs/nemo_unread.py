@@ -1,7 +1,8 @@
 """NeMo 2.0 overrides that `nemo_args` does not turn into plan fields, and what a line that holds
 one is told: a note where NeMo runs the setting and it changes memory or time in a way planner
 does not price (`NOTED`), a note where NeMo writes another setting over it before the model is
-built (`OVERWRITTEN`), a refusal where planner cannot bound what it changes (`REFUSED`).
+built (`OVERWRITTEN`), a refusal where planner cannot bound what it changes (`REFUSED`) or
+the key names no field of NeMo's model config (`NOT_FIELDS`).
 
 Megatron-LM d98e8a64 names the Megatron-Core fields; NeMo 8cfedd72 names NeMo's. The Megatron-LM
 reader treats the same settings alike, with one text per setting: a NOTED key whose Megatron-LM
@@ -9,12 +10,10 @@ flag that reader notes takes its note (`megatron_unread.NOT_MODELLED`; the key's
 NeMo's value being True / False where the flag is a switch), and the reader's refusals
 (--fp32-residual-connection, `megatron_unread.REFUSED`) are consulted by `nemo_keys.classify` for
 a NeMo key of the same name. The others keep their own text: pipeline_dtype (no Megatron-LM
-flag), the MXFP8 gather (planner counts it as --reuse-grad-buf-for-mxfp8-param-ag runs it, so the
-Megatron-LM reader has no note for that flag), attention_softmax_in_fp32 (the Megatron-LM reader
-prices it under its local attention: `megatron_args_memory.softmax_fields`) and
-delay_wgrad_compute (its Megatron-LM flag goes with --overlap-moe-expert-parallel-comm, whose
-all-to-all planner hides under the whole forward and backward compute, `planner.model.ep_overlap`,
-and which planner writes beside it).
+flag), attention_softmax_in_fp32 (the Megatron-LM reader prices it under its local attention:
+`megatron_args_memory.softmax_fields`) and delay_wgrad_compute (its Megatron-LM flag goes with
+--overlap-moe-expert-parallel-comm, whose all-to-all planner hides under the whole forward and
+backward compute, `planner.model.ep_overlap`, and which planner writes beside it).
 """
 
 from __future__ import annotations
@@ -68,11 +67,6 @@ NOTED: dict[str, tuple[str, str]] = {
         "read only by an unfused attention (Transformer Engine's fused attention, which the "
         "Llama and Mixtral recipes build, ignores it); Gemma 2's unfused softmax is counted in "
         "its default dtype whatever this says",
-    ),
-    "trainer.plugins.reuse_grad_buf_for_mxfp8_param_ag": (
-        ANY,
-        "not read: MXFP8 parameter all-gathers are counted staged through the gradient buffer, "
-        "as Megatron-LM runs them (planner.model.stage_sync)",
     ),
 }
 """Keys NeMo runs that change memory or time in ways planner does not price: a note naming the
@@ -129,3 +123,28 @@ def unread_note(key: str, value: Any) -> str | None:
     if key.endswith("pipeline_dtype") and str(value) in BF16:
         return None
     return f"{key}={value!r}: {note}" if given(sense, value) else None
+
+
+_MLA = (
+    "MLATransformerConfig's (transformer_config.py:3278 @d98e8a64), which no recipe planner reads "
+    "builds: their configs are GPTConfig's (LlamaConfig, MixtralConfig, Gemma2Config)"
+)
+NOT_FIELDS: dict[str, str] = {
+    "activation": (
+        "TransformerConfig's activation is activation_func (transformer_config.py:224 "
+        "@d98e8a64), a callable the recipe config sets"
+    ),
+    "untie_embeddings_and_output_weights": (
+        "GPTConfig's is share_embeddings_and_output_weights, its opposite (NeMo GPT model "
+        "base.py:294)"
+    ),
+    "hybrid_layer_pattern": (
+        "a hybrid (Mamba) model's layer pattern, which no recipe planner reads builds"
+    ),
+    **dict.fromkeys(("q_lora_rank", "kv_lora_rank", "qk_head_dim"), _MLA),
+    **dict.fromkeys(("qk_pos_emb_head_dim", "v_head_dim"), _MLA),
+}
+"""planner's model fields (`ModelArch`) that are no field of the model configs NeMo's recipes
+here build, GPTConfig (NeMo 8cfedd72, its GPT model base.py) over Megatron-Core's TransformerConfig
+and ModelParallelConfig (d98e8a64): a `model.config.<name>` key NeMo-Run refuses ("No parameter
+named ...") -> what the config has instead. (max_position_embeddings: `nemo_args._positions`.)"""

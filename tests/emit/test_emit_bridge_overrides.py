@@ -126,3 +126,21 @@ def test_overrides_clear_what_a_recipe_sets_and_the_plan_does_not() -> None:
     text = render(make_plan("qwen3-30b-a3b", 64, off, global_batch_size=512), "megatron-bridge")[1]
     words = [shlex.split(ln[2:]) for ln in text.splitlines() if ln.startswith("# ")]
     assert ["++env_vars.NVTE_CPU_OFFLOAD_V1=1"] in words
+
+
+def test_checkpoint_and_dist_fields_are_in_the_schema() -> None:
+    """The override's checkpoint.async_save and dist.use_tp_pp_dp_mapping are fields Bridge
+    takes: ConfigContainer.checkpoint is a CheckpointConfig and .dist a DistributedInitConfig
+    (Megatron-Bridge 067f987d training/config.py:1000-1001), subclasses of Megatron-LM 2a75ac12's
+    (Bridge config.py:497, :146), where `async_save: bool` is training_config.py:516 and
+    `use_tp_pp_dp_mapping: bool` common_config.py:105. The schema held neither section whole
+    (checkpoint only ckpt_format, no dist), so such an override was never checked."""
+    par = {"tp": 2, "pp": 4, "zero_stage": 1, "use_tp_pp_dp_mapping": True}
+    plan = make_plan("llama3.1-8b", 64, par, async_save=True)
+    doc = yaml.safe_load(render(plan, "megatron-bridge")[1])
+    assert doc["checkpoint"] == {"async_save": True}
+    assert doc["dist"] == {"use_tp_pp_dp_mapping": True}
+    accepted(doc)
+    bad = {**doc, "dist": {"use_tp_pp_dp_mappings": True}}  # a misspelt field is still caught
+    with pytest.raises(AssertionError, match=r"dist\.use_tp_pp_dp_mappings"):
+        accepted(bad)

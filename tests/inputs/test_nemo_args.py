@@ -206,7 +206,8 @@ def test_the_vocabulary() -> None:
 def test_gemma2_runs_unfused_attention_and_glu() -> None:
     # gemma2.py: core_attention=Gemma2DotProductAttention (unfused SDPA, for logit softcapping);
     # activation openai_gelu with bias_activation_fusion left False. Recipe: tp 2, gbs 32, mbs 2,
-    # seq 4096; Gemma2Config's dropouts 0.0 (no masks)
+    # seq 4096; Gemma2Config's dropouts 0.0 (no masks), gradient_accumulation_fusion False
+    # (gemma2.py:114)
     r = read("nemo llm pretrain --factory gemma2_2b trainer.max_steps=1")
     assert r.doc["training"] == {
         "seq_length": 4096,
@@ -216,6 +217,7 @@ def test_gemma2_runs_unfused_attention_and_glu() -> None:
         "fused_swiglu": False,
         "attention_dropout": False,
         "hidden_dropout": False,
+        "gradient_accumulation_fusion": False,
     }
     assert r.doc["parallel"]["tp"] == 2 and r.doc["parallel"]["micro_batch_size"] == 2
     assert any("soft-capping" in n for n in r.not_modelled)

@@ -130,7 +130,6 @@ def test_mixtral_experts_are_not_grouped_unless_asked() -> None:
         "model.config.moe_permute_fusion=True",
         "model.config.bias_dropout_fusion=False",
         "model.config.attention_softmax_in_fp32=True",
-        "trainer.plugins.reuse_grad_buf_for_mxfp8_param_ag=True",
     ],
 )
 def test_keys_nemo_runs_but_planner_does_not_price_are_noted(override: str) -> None:
