@@ -191,7 +191,7 @@ def plan_document(r: Recipe, s: Settings) -> dict[str, dict[str, Any]]:
 
 def _model_table(r: Recipe) -> dict[str, Any]:
     """The zoo model by name, or inline with the vocabulary (`VOCAB`) or the repeated MTP layer
-    (`MTP`) the recipe's family sets."""
+    (`MTP`) the recipe's family sets, named "<zoo name>+recipe"."""
     vocab, mtp = VOCAB.get(r.family), MTP.get(r.family)
     if vocab is None and mtp is None:
         return {"name": r.model}
@@ -209,6 +209,8 @@ def _model_table(r: Recipe) -> dict[str, Any]:
         )
         changed.append(f"{depths} MTP depths of one repeated '{depth}' layer (MTP)")
     fields["source"] = f"{arch.source}; {', '.join(changed)} as the recipe sets it"
+    # its own name: a zoo model's beside fields that change it is refused (plan_resolve)
+    fields["name"] = f"{r.model}+recipe"
     return fields
 
 

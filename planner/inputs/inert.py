@@ -98,7 +98,9 @@ def inert(
         *_training(training, job),
         *_router_padding(training, job, layout),
         *_recompute(training, parallel, layout),
+        *_unread_here(training, job, layout),
         *_parallel(parallel, job, layout),
+        *_unread_layout(parallel, job, layout),
     ]
 
 
@@ -244,3 +246,52 @@ def _leaves_whole(lay: Layout, job: Job) -> bool:
         return False
     ranks = lay.chunk_layers(job.arch.num_layers)
     return any(sum(map(len, block_ranges(lay, r))) < sum(map(len, r)) for r in ranks)
+
+
+TP_ONLY = ("tp_userbuffers", "sp_keeps_gathered_input", "tp_backward_overlap")
+"""`[training]` settings of the TP collectives and their buffers: nothing reads them at tp 1
+(`planner.model.buffers.userbuffers` asks tp > 1; sequence parallelism, whose gathered input
+the second keeps, is off at tp 1; the third times TP collectives, of which tp 1 has none)."""
+
+
+def _unread_here(t: TrainingSection, job: Job, lay: Layout) -> Iterator[tuple[str, str]]:
+    """`[training]` settings that the job's model or layout never reads (each checked against
+    planner's estimates: memory and step time are the same with and without it)."""
+    arch = job.arch
+    if t.test_mode and not (arch.qk_layernorm and not arch.multi_latent_attention):
+        why = (
+            "the model has no QK layernorm outside MLA, the only weights Megatron's realtime "
+            "test compares (attention.py:1765-1766 d98e8a64: it returns without them)"
+        )
+        yield _note(t, "training", "test_mode", why)
+    if _given(t, "masked_softmax_fusion") and job.flash_attention:
+        why = "flash_attention is on (only the unfused attention's softmax reads it)"
+        yield _note(t, "training", "masked_softmax_fusion", why)
+    if lay.tp == 1:
+        for name in TP_ONLY:
+            megatron_only = name == "tp_userbuffers" and job.framework == "torchtitan"
+            if _given(t, name) and not megatron_only:  # (said above under torchtitan)
+                yield _note(t, "training", name, "tp is 1 (no TP collectives or buffers)")
+    if arch.is_moe and _given(t, "moe_router_num_groups") and not job.moe_router_group_topk:
+        why = (
+            "moe_router_group_topk is not set (Megatron routes by group only with a group "
+            "top-k: moe_utils.py:868 d98e8a64)"
+        )
+        yield _note(t, "training", "moe_router_num_groups", why)
+
+
+def _unread_layout(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[str, str]]:
+    """`[parallel]` settings that the job's model or layout never reads (checked as
+    `_unread_here`'s)."""
+    if lay.zero_stage < 2:
+        why = f"zero_stage is {lay.zero_stage} (Megatron-FSDP's setting, ZeRO 2 and 3 only)"
+        for name in ("fsdp_double_buffer", "suggested_communication_unit_size"):
+            if _given(p, name):
+                yield _note(p, "parallel", name, why)
+    no_shared = job.arch.is_moe and not job.arch.moe_shared_expert_intermediate_size
+    if no_shared and _given(p, "moe_shared_expert_overlap"):
+        why = (
+            "the model has no shared experts (Megatron hands the dispatcher shared experts to "
+            "overlap only where it builds them: moe_layer.py:345-353 d98e8a64)"
+        )
+        yield _note(p, "parallel", "moe_shared_expert_overlap", why)

@@ -243,11 +243,16 @@ def _model(
         )
         changed.append("moe_layer_freq")
     if _positions(line, recipe, model, notes):
-        changed.append(f"seq_length={model['max_position_embeddings']}")
-    if changed:
+        changed.append(f"max_position_embeddings={model['max_position_embeddings']} (seq_length)")
+    _vocabulary(line, recipe, model, vocab_size, notes)
+    for name in ("vocab_size", "make_vocab_size_divisible_by", "max_position_embeddings"):
+        if model.get(name, getattr(arch, name)) != getattr(arch, name) and name not in _named(
+            changed
+        ):
+            changed.append(f"{name}={model[name]}")
+    if changed:  # a zoo model's name beside fields that change it is refused (plan_resolve)
         model["name"] = f"{arch.name}+overrides"
         model["source"] = f"{arch.source}; changed by the line: {', '.join(changed)}"
-    _vocabulary(line, recipe, model, vocab_size, notes)
     return model
 
 
@@ -296,6 +301,11 @@ def _cp_positions(line: NemoLine, model: dict[str, Any], cp: int) -> None:
             f"{line.where}: {SEQ}={seq}: {why} ({2 * cp}; llm.api._validate_config, "
             "api.py:1385-1389)"
         )
+
+
+def _named(changed: list[str]) -> set[str]:
+    """The fields named in `_model`'s list of changes ("name=value" or "name")."""
+    return {c.split("=", 1)[0] for c in changed}
 
 
 def _config_default(line: NemoLine, key: str, name: str, model: dict[str, Any]) -> Any:

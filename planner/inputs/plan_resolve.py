@@ -1,7 +1,13 @@
 """The plan's references resolved: `[model]` (a zoo name, a Hugging Face config.json path relative
 to the plan file, or inline Megatron fields) into a ModelArch, and a one-kind `[cluster]` (a
 catalog GPU with the plan's overrides) into a ClusterSpec. Heterogeneous pools are
-`planner.inputs.pools`. The Hugging Face importer is imported when a plan names a config.json."""
+`planner.inputs.pools`. The Hugging Face importer is imported when a plan names a config.json.
+
+Inline fields are a model file's (`planner.inputs.arch_fields`), so they may carry the model's own
+`name`, as `suggest --write-plan` writes a model read from a file and the NeMo reader labels a
+recipe it changed ("llama3.1-8b+overrides"). That name may not be a zoo model's, unless every
+field given is that model's own, nor a path: `name = "llama3.1-8b"` beside `num_layers = 16`
+would otherwise be an inline model shown as the zoo's."""
 
 from __future__ import annotations
 
@@ -21,6 +27,8 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
     """`[model]`: exactly one of name = zoo name, hf_config = path, or inline Megatron fields."""
     where = str(path) if path else "<plan>"
     base = path.parent if path else None
+    if "name" in table and len(table) > 1:
+        _check_inline_name(table, where)
     if "name" in table and len(table) == 1:
         ref = table["name"]
         if not isinstance(ref, str) or not ref:
@@ -60,6 +68,46 @@ def resolve_model_table(table: dict[str, Any], path: Path | None) -> ModelArch:
         raise InputError(f"{where}: model: give name, hf_config, or the architecture fields")
     inline = {"name": "inline", "source": f"inline in {where}", **table}
     return validate(ModelArch, inline, path, prefix="model")
+
+
+LABELS = ("name", "source", "display_name")
+"""A model's fields that label it and change no size."""
+
+
+def _check_inline_name(table: dict[str, Any], where: str) -> None:
+    """`name` beside the architecture fields: refused where it names a zoo model the fields
+    change, or a path (a reference is given alone: name, hf_config or the fields, one of them)."""
+    ref = table["name"]
+    fields = sorted(set(table) - {"name"})
+    rule = (
+        "give exactly one of name (a zoo model or a model file, alone), hf_config, or the "
+        "architecture fields inline (under a name that is no zoo model's)"
+    )
+    if isinstance(ref, str) and ref and catalog.looks_like_path(ref):
+        raise InputError(
+            f"{where}: model: name = {spelled(ref)} is a model file, and {fields} are given "
+            f"beside it: {rule}"
+        )
+    if set(fields) - set(ModelArch.model_fields):
+        return  # an unknown key: the inline fields' validation names it
+    if not isinstance(ref, str) or not catalog.has_model(ref):
+        return  # the inline model's own name (validated with its fields)
+    zoo = catalog.get_model(ref)
+    changed = [
+        k for k in fields if k not in LABELS and _plain(table[k]) != _plain(getattr(zoo, k, None))
+    ]
+    if changed:
+        raise InputError(
+            f"{where}: model: name = {spelled(ref)} is a zoo model, and {changed} are given "
+            f"beside it with values of their own: {rule}"
+        )
+
+
+def _plain(value: Any) -> Any:
+    """A field's value with lists and tuples alike, to compare a TOML value with a model's."""
+    if isinstance(value, list | tuple):
+        return tuple(_plain(v) for v in value)
+    return value
 
 
 def _exists(path: Path) -> bool:

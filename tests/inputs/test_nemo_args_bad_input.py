@@ -49,7 +49,11 @@ def test_bad_lines_say_which_key_and_value(text: str, needle: str) -> None:
 def test_the_factory_named_twice_must_agree() -> None:
     with pytest.raises(InputError, match="differs from --nemo-model gemma2_2b"):
         read(HEAD + "data.seq_length=1", nemo_model="gemma2_2b")
-    assert read("data.seq_length=2048", nemo_model="gemma2_2b").doc["model"]["name"] == "gemma2-2b"
+    # the recipe's model, its vocabulary unpadded as GPTConfig takes a set vocab_size (nemo_args
+    # _vocabulary), so named as changed: a zoo name beside other fields is refused (plan_resolve)
+    model = read("data.seq_length=2048", nemo_model="gemma2_2b").doc["model"]
+    assert model["name"] == "gemma2-2b+overrides"
+    assert "make_vocab_size_divisible_by=1" in model["source"]
     with pytest.raises(InputError, match="only for NeMo"):
         read(
             "--num-layers 2 --hidden-size 64 --num-attention-heads 4 --seq-length 8", nemo_model="x"
@@ -72,7 +76,7 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code, _, err = run(base, capsys)
     assert code == 2 and "name no model" in err
     code, out, err = run([*base, "--nemo-model", "gemma2_2b", "--verbose"], capsys)
-    assert code == 0 and "gemma2-2b on 8 x h100-sxm-80gb" in out
+    assert code == 0 and "gemma2-2b+overrides on 8 x h100-sxm-80gb" in out  # its vocabulary
     assert "ignored NeMo overrides (they do not change memory or layout): log.x" in err
     code, _, err = run(["check", "plan.toml", "--nemo-model", "gemma2_2b"], capsys)
     assert code == 2 and "--nemo-model: only with --megatron-args" in err
