@@ -272,6 +272,9 @@ def _unread_here(t: TrainingSection, job: Job, lay: Layout) -> Iterator[tuple[st
             megatron_only = name == "tp_userbuffers" and job.framework == "torchtitan"
             if _given(t, name) and not megatron_only:  # (said above under torchtitan)
                 yield _note(t, "training", name, "tp is 1 (no TP collectives or buffers)")
+    if lay.zero_stage < 2 and _given(t, "fsdp_grad_comm_dtype"):
+        why = f"zero_stage is {lay.zero_stage} (Megatron-FSDP's setting, ZeRO 2 and 3 only)"
+        yield _note(t, "training", "fsdp_grad_comm_dtype", why)
     if arch.is_moe and _given(t, "moe_router_num_groups") and not job.moe_router_group_topk:
         why = (
             "moe_router_group_topk is not set (Megatron routes by group only with a group "

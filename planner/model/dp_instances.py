@@ -114,10 +114,20 @@ def data_parallel(
     groups = instance_groups(job.cluster, lay, n)
     if lay.zero_stage >= 2:
         optim = lay.zero_stage == 3 and job.outer_dp_sharding_strategy == "optim"
-        sizes = (job.grad_bytes, param_bytes)
+        sizes = (dp_sync.reduced_bytes(job, lay), param_bytes)
         return fsdp(groups, lay, dense, expert, sizes, fwd, bwd, m, max(layers, 1), optim)
     return distributed_optimizer(
-        groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes, own
+        groups,
+        lay,
+        dense,
+        expert,
+        dp_sync.reduced_bytes(job, lay),
+        fwd,
+        bwd,
+        m,
+        layers,
+        param_bytes,
+        own,
     )
 
 

@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
+from planner.inputs.plan import Job
 from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
 from planner.model.interleaved_sync import Chunked, RankChunks, chunk_exposed, chunk_sync
 from planner.model.shard import BF16
@@ -72,6 +73,14 @@ def bucket_params(lay: Layout, group_size: int, stage_params: float, layers: int
     if explicit is not None:
         return explicit
     return float(default_bucket(group_size))
+
+
+def reduced_bytes(job: Job, lay: Layout) -> float:
+    """Bytes per gradient element of the data-parallel reduction: the main gradients'
+    (`Job.grad_bytes`), at ZeRO 2 and 3 Megatron-FSDP's gradient communication dtype where the
+    plan sets one (`Job.grad_comm_bytes`: megatron_fsdp param_and_grad_buffer.py:4056-4058 fetches
+    the unreduced bucket in it and :4099-4104 reduce-scatters that bucket, d98e8a64)."""
+    return job.grad_comm_bytes if lay.zero_stage >= 2 else job.grad_bytes
 
 
 def default_bucket(group_size: int) -> int:

@@ -240,13 +240,33 @@ def data_parallel(
     bucket."""
     if lay.dp_pools <= 1 or job.between_pools is None:
         return dp_sync.data_parallel(
-            groups, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes, own
+            groups,
+            lay,
+            dense,
+            expert,
+            dp_sync.reduced_bytes(job, lay),
+            fwd,
+            bwd,
+            m,
+            layers,
+            param_bytes,
+            own,
         )
     # the pools' instances are the distributed optimizer's, the link between pools its group
     # across them: one window, every kind's all-reduce crossing the link
     across = (*groups, link_group(job, lay.dp_pools))
     return dp_instances.distributed_optimizer(
-        across, lay, dense, expert, job.grad_bytes, fwd, bwd, m, layers, param_bytes, own
+        across,
+        lay,
+        dense,
+        expert,
+        dp_sync.reduced_bytes(job, lay),
+        fwd,
+        bwd,
+        m,
+        layers,
+        param_bytes,
+        own,
     )
 
 
@@ -258,7 +278,7 @@ def _link_traffic(
     link = link_group(job, lay.dp_pools)
     per_bucket = dp_sync.bucket_params(lay, grp.size * link.size, stage_params, layers)
     buckets = max(1, math.ceil(n_params / per_bucket))
-    grads = n_params * job.grad_bytes
+    grads = n_params * dp_sync.reduced_bytes(job, lay)
     return dp_instances.bucket_traffic(grp, link, grads, n_params * BF16, buckets)[2]
 
 

@@ -142,7 +142,7 @@ def _setup(
         own = RankChunks(rank, chunk_params(job, lay, rank, chunks)) if lay.vpp > 1 else None
         one_pool = lay.dp_pools <= 1 or job.between_pools is None
         if one_pool and not dp_instances.applies(job, lay):
-            grads = job.grad_bytes
+            grads = dp_sync.reduced_bytes(job, lay)
             made = dp_sync.traffic(groups, lay, dense, expert, grads, layers, p_bytes, own)
     emb = embedding_sync_time(job, lay, rank)
     o = optimizer_time(job, lay, dense, expert, t.gpu)

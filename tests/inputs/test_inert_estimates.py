@@ -55,6 +55,7 @@ INERT = [
     (LLAMA, "", TP2 + "zero_stage = 1\n", "parallel", "fsdp_double_buffer = true"),
     (LLAMA, "", TP2 + "zero_stage = 0\n", "parallel", "fsdp_double_buffer = true"),
     (LLAMA, "", TP2 + "zero_stage = 1\n", "parallel", "suggested_communication_unit_size = 10000"),
+    (LLAMA, "", TP2 + "zero_stage = 1\n", "training", 'fsdp_grad_comm_dtype = "bf16"'),
     # attention.py:1765-1766 d98e8a64: the realtime test returns without QK layernorm
     (LLAMA, "", TP2, "training", "test_mode = true"),
     # the masked softmax is the unfused attention's; flash attention (the default) has none
@@ -86,6 +87,7 @@ READ = [
     # the same settings where they are read: each changes memory or step time, and is not named
     (LLAMA, "", TP2 + "zero_stage = 2\n", "parallel", "fsdp_double_buffer = true"),
     (LLAMA, "", TP2 + "zero_stage = 3\n", "parallel", "suggested_communication_unit_size = 10000"),
+    (LLAMA, "", TP2 + "zero_stage = 3\n", "training", 'fsdp_grad_comm_dtype = "bf16"'),
     (QWEN3_MOE, "", TP2 + "ep = 4\n", "training", "test_mode = true"),
     (  # Megatron's local attention, softmax in fp32: its fused kernel keeps 2 bytes a score,
         # the torch softmax the flag turns to 4 + 2 (planner.model.scores)

@@ -23,7 +23,7 @@ import pytest
 from planner.emit import bridge, megatron
 from planner.inputs import megatron_args
 from planner.inputs.plan import parse_plan
-from planner.model import buffers, megatron_fsdp, memory
+from planner.model import buffers, cost, megatron_fsdp, memory
 from planner.model.rank_states import rank_state
 
 # Llama 3.1 8B at tp 1, dp 8 (test_megatron_fsdp_buffers.py): a layer U = 218,112,000 elements,
@@ -68,6 +68,23 @@ def test_gradient_buckets_in_the_communication_dtype() -> None:
     assert rank_state(job, lay, 0, chunks)[4] == pytest.approx(
         (TAIL_PAD + 4 * U_PAD) * 2 + 4 * U_PAD * 2
     )
+
+
+def test_the_reduce_scatter_moves_the_communication_dtype() -> None:
+    """B, time: the reduce-scatter's input is the unreduced bucket fetched in the communication
+    dtype (megatron_fsdp param_and_grad_buffer.py:4056-4058, reduce_scatter_tensor on it
+    :4099-4104 at d98e8a64), so fp32 main gradients with bf16 buckets move what bf16 main
+    gradients move, and bf16 main gradients with fp32 buckets what fp32 ones move (the
+    parameter all-gather and the windows are the same in each pair)."""
+
+    def dp(**training: object) -> float:
+        job, lay, _ = _llama8b(**training)
+        b = cost.estimate(job, lay).breakdown
+        return b.dp_comm_exposed + b.dp_comm_hidden
+
+    assert dp(main_grad_dtype="fp32", fsdp_grad_comm_dtype="bf16") == pytest.approx(dp())
+    assert dp(fsdp_grad_comm_dtype="fp32") == pytest.approx(dp(main_grad_dtype="fp32"))
+    assert dp(main_grad_dtype="fp32") > dp()
 
 
 LINE = (

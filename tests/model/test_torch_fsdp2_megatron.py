@@ -183,3 +183,17 @@ def test_megatron_fsdps_gradient_comm_dtype_is_refused_beside_it() -> None:
     job, lay = plan.job, plan.require_layout()
     broken = rules.violations(replace(job, fsdp_grad_comm_dtype="fp32"), lay)
     assert [v.field for v in broken if v.rule == "torch_fsdp2"] == ["parallel.use_torch_fsdp2"]
+
+
+def test_fp8_param_gather_is_refused_beside_it() -> None:
+    # Megatron-LM d98e8a64 arguments.py:1051-1057 sets fp8_param_gather False under torch FSDP2
+    # with Transformer Engine 2.0 or later (bf16 all-gathers): a plan keeping it (the plan's
+    # default under fp8) would be priced with FP8 parameters Megatron does not keep; the line
+    # reader drops it with a note instead
+    plan = _plan(KEEP)
+    job, lay = plan.job, plan.require_layout()
+    fp8 = replace(job, precision="fp8", fp8_param_gather=True)
+    broken = rules.violations(fp8, lay)
+    assert [v.field for v in broken if v.rule == "torch_fsdp2"] == ["parallel.use_torch_fsdp2"]
+    kept = rules.violations(replace(fp8, fp8_param_gather=False), lay)
+    assert not [v for v in kept if v.rule == "torch_fsdp2"]

@@ -66,6 +66,12 @@ def _refused(job: Job, lay: Layout) -> str | None:
         ),
         (job.params_dtype == "fp16", "fp16 training: not supported (arguments.py:1046-1047)"),
         (
+            job.precision == "fp8" and job.fp8_param_gather,
+            "training.fp8_param_gather (true, the default under fp8): Megatron-LM turns it off "
+            "under torch FSDP2 with Transformer Engine 2.0 or later, gathering bf16 "
+            "(arguments.py:1051-1057); set it false",
+        ),
+        (
             (job.main_grad_dtype == "fp32") != (job.params_dtype == "fp32"),
             f"training.main_grad_dtype {job.main_grad_dtype!r} with {job.params_dtype} "
             "parameters: FSDP2 without a MixedPrecisionPolicy keeps and reduces the gradients "
