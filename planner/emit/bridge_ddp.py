@@ -57,11 +57,13 @@ def _instances(plan: Plan) -> dict[str, Any]:
 
 
 def _fsdp_buffers(lay: Layout) -> dict[str, Any]:
-    """Megatron-FSDP's buffer settings (`Layout.fsdp_double_buffer`, written either way, and
-    `Layout.suggested_communication_unit_size` where set); never the manual registration, which
-    needs the NCCL user buffers the plan has none of."""
+    """Megatron-FSDP's buffer settings (`Layout.fsdp_double_buffer` and `Layout.fsdp_max_pool`,
+    written either way: a recipe's max pool cleared, recipes/qwen_vl/h100/qwen35_vl.py:1256-1257
+    sets both; and `Layout.suggested_communication_unit_size` where set); never the manual
+    registration, which needs the NCCL user buffers the plan has none of."""
     table: dict[str, Any] = {
         "fsdp_double_buffer": lay.fsdp_double_buffer,
+        "megatron_fsdp_max_pool_double_buffer": lay.fsdp_max_pool,
         "fsdp_manual_registration": False,
     }
     if lay.suggested_communication_unit_size is not None:

@@ -10,7 +10,7 @@ combination emitted is one `validate_args` / `TransformerConfig.__post_init__` a
   `--data-parallel-sharding-strategy optim_grads` / `optim_grads_params`, which asserts
   `--ckpt-format fsdp_dtensor` (Megatron sets its distributed optimizer itself), and
   `--megatron-fsdp-main-grads-dtype fp32` for fp32 gradients (its default is the parameters'
-  dtype).
+  dtype): `planner.emit.megatron_fsdp_args`, with its unit buffers' settings.
 - Precision: `--fp8-format` with `--fp8-recipe` always (Megatron's default recipe is delayed);
   MXFP8 with `--fp8-param-gather` gathers in the gradient buffer
   (`--reuse-grad-buf-for-mxfp8-param-ag`, as Megatron-Bridge's MXFP8 preset); NVFP4 is
@@ -38,11 +38,11 @@ from planner.emit.common import (
     inflight_offloads,
     optimizer_instances,
 )
+from planner.emit.megatron_fsdp_args import megatron_fsdp_args
 from planner.emit.megatron_model import Arg, model_args, refuse_local_attention, training_script
 from planner.emit.megatron_optimizer import needs_distributed_optimizer, optimizer_args
 from planner.emit.megatron_pipeline import pipeline_args
 from planner.emit.prediction import HEADROOM, header, predict
-from planner.inputs.layout import FSDP_STRATEGY
 from planner.inputs.megatron_tp_overlap import SUB_OVERLAPS
 from planner.inputs.plan import Job, Plan
 from planner.model.moe_padding import router_padding_runs
@@ -142,25 +142,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
         if not lay.torch_fsdp2_reshard_after_forward:
             a.append(("--torch-fsdp2-no-reshard-after-forward",))
     elif lay.zero_stage >= 2:
-        # Megatron-FSDP turns the distributed optimizer on itself, with a warning: said here
-        a += [
-            ("--use-distributed-optimizer",),
-            ("--use-megatron-fsdp",),
-            ("--data-parallel-sharding-strategy", FSDP_STRATEGY[lay.zero_stage]),
-            ("--ckpt-format", "fsdp_dtensor"),
-            ("--init-model-with-meta-device",),
-        ]
-        if plan.job.main_grad_dtype == "fp32":
-            # Megatron-FSDP's gradients default to the parameters' dtype (bf16): fp32 said
-            a.append(("--megatron-fsdp-main-grads-dtype", "fp32"))
-        if plan.job.fsdp_grad_comm_dtype is not None:  # its unsharded gradient buckets' dtype
-            a.append(("--megatron-fsdp-grad-comm-dtype", plan.job.fsdp_grad_comm_dtype))
-        if lay.fsdp_double_buffer:
-            a.append(("--fsdp-double-buffer",))
-        if lay.suggested_communication_unit_size is not None:
-            a.append(
-                ("--suggested-communication-unit-size", str(lay.suggested_communication_unit_size))
-            )
+        a += megatron_fsdp_args(plan)
     if (instances := optimizer_instances(plan)) > 1:
         a.append(("--num-distributed-optimizer-instances", str(instances)))
         if plan.job.outer_dp_sharding_strategy == "optim":

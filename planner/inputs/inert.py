@@ -288,7 +288,7 @@ def _unread_layout(p: ParallelSection, job: Job, lay: Layout) -> Iterator[tuple[
     `_unread_here`'s)."""
     if lay.zero_stage < 2:
         why = f"zero_stage is {lay.zero_stage} (Megatron-FSDP's setting, ZeRO 2 and 3 only)"
-        for name in ("fsdp_double_buffer", "suggested_communication_unit_size"):
+        for name in ("fsdp_double_buffer", "fsdp_max_pool", "suggested_communication_unit_size"):
             if _given(p, name):
                 yield _note(p, "parallel", name, why)
     no_shared = job.arch.is_moe and not job.arch.moe_shared_expert_intermediate_size

@@ -58,12 +58,7 @@ K/V before the attention (Llama 3's, arXiv:2407.21783 sec. 3.3.2), neither overl
 hierarchical a2a+p2p is not represented."""
 ZeroStage = Literal[0, 1, 2, 3]
 
-FSDP_STRATEGY: dict[int, str] = {
-    0: "no_shard",
-    1: "optim",
-    2: "optim_grads",
-    3: "optim_grads_params",
-}
+FSDP_STRATEGY = {0: "no_shard", 1: "optim", 2: "optim_grads", 3: "optim_grads_params"}
 """ZeRO stage -> Megatron-FSDP `--data-parallel-sharding-strategy` (ecosystem.md 3.2)."""
 
 
@@ -187,10 +182,12 @@ class Layout:
     ddp.num_buckets): each bucket holds the chunk's parameters // this many (Megatron
     training.py resolve_ddp_bucket_size). Megatron rejects it together with ddp_bucket_size."""
     fsdp_double_buffer: bool = False
-    """Megatron-FSDP (ZeRO 2, 3) takes its units' unsharded buffers from a fixed pool of two for
-    the parameters and two for the gradients (Megatron --fsdp-double-buffer, implied by
-    --use-nccl-ub and --megatron-fsdp-max-pool-double-buffer, arguments.py:1172-1181 at
-    d98e8a64; Bridge ddp.fsdp_double_buffer): `planner.model.megatron_fsdp`."""
+    """Megatron-FSDP (ZeRO 2, 3) takes its units' unsharded buffers from pools of two for the
+    parameters and two for the gradients (Megatron --fsdp-double-buffer, implied by --use-nccl-ub
+    and the max pool's flag, arguments.py:1172-1181 d98e8a64; Bridge ddp.fsdp_double_buffer)."""
+    fsdp_max_pool: bool = False
+    """With `fsdp_double_buffer`: the MaxPoolAllocator, every unit pooled, in place of the fixed
+    pool (--megatron-fsdp-max-pool-double-buffer): `planner.model.megatron_fsdp_pool`."""
     suggested_communication_unit_size: int | None = None
     """Megatron-FSDP's communication unit in elements (Megatron
     --suggested-communication-unit-size; Bridge ddp.suggested_communication_unit_size): the

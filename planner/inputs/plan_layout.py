@@ -175,6 +175,7 @@ def layout_from_section(job: Job, section: ParallelSection, path: Path | None) -
         ddp_bucket_size=section.ddp_bucket_size,
         ddp_num_buckets=section.ddp_num_buckets,
         fsdp_double_buffer=section.fsdp_double_buffer,
+        fsdp_max_pool=section.fsdp_max_pool,
         suggested_communication_unit_size=section.suggested_communication_unit_size,
         defer_embedding_wgrad_compute=section.defer_embedding_wgrad_compute,
         wgrad_deferral_limit=section.wgrad_deferral_limit,
@@ -245,7 +246,14 @@ def _rank_order(job: Job, layout: Layout, where: str) -> None:
 def _double_buffer(layout: Layout, where: str) -> None:
     """Megatron-FSDP's double buffer where it runs: not beside the EP overlap (Megatron-LM
     d98e8a64 mcore_fsdp_adapter.py:177-181 asserts "1F1B overlap with FSDP does not support
-    double buffer")."""
+    double buffer"); the max pool is one of its allocators (pgb:2528-2532), nothing without it."""
+    if layout.fsdp_max_pool and not layout.fsdp_double_buffer:
+        raise InputError(
+            f"{where}: parallel.fsdp_max_pool: true without fsdp_double_buffer = true: the max "
+            "pool is the double buffer's allocator (param_and_grad_buffer.py:2524-2532 d98e8a64); "
+            "set both (Megatron's --megatron-fsdp-max-pool-double-buffer turns the double buffer "
+            "on, arguments.py:1179-1181)"
+        )
     if layout.fsdp_double_buffer and layout.ep_comm_overlap and layout.zero_stage >= 2:
         raise InputError(
             f"{where}: parallel.fsdp_double_buffer: true with ep_comm_overlap = true: "

@@ -164,6 +164,12 @@ class ParallelSection(BaseModel):
         "--megatron-fsdp-max-pool-double-buffer): Megatron-FSDP's unit buffers from a fixed pool "
         "of two; zero_stage 2 / 3 only",
     )
+    fsdp_max_pool: Flag = Field(
+        default=False,
+        description="with fsdp_double_buffer: Megatron --megatron-fsdp-max-pool-double-buffer, "
+        "the MaxPoolAllocator: every unit pooled, each bucket offset sized to the largest unit's "
+        "(false: the fixed pool of the most numerous unit shape)",
+    )
     suggested_communication_unit_size: PositiveInt | None = Field(
         default=None,
         le=MAX_BUCKET_PARAMS,

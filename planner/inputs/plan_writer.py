@@ -234,6 +234,8 @@ def _feature_fields(job: Job, layout: Layout) -> dict[str, Any]:
         out["torch_fsdp2_reshard_after_forward"] = False
     if layout.fsdp_double_buffer:
         out["fsdp_double_buffer"] = True
+    if layout.fsdp_max_pool:
+        out["fsdp_max_pool"] = True
     if layout.suggested_communication_unit_size is not None:
         out["suggested_communication_unit_size"] = layout.suggested_communication_unit_size
     if layout.defer_embedding_wgrad_compute:

@@ -49,6 +49,7 @@ SHARD_UNREAD = frozenset(
         "wgrad_deferral_limit",
         "ddp_num_buckets",
         "fsdp_double_buffer",
+        "fsdp_max_pool",
         "suggested_communication_unit_size",
         "dp_pools",
         "use_tp_pp_dp_mapping",

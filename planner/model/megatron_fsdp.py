@@ -29,13 +29,14 @@ fsdp/src/megatron_fsdp/ (pgb: param_and_grad_buffer.py).
   megatron_fsdp.py:1093-1113; the root pre-backward marks only units releasable, :969-974;
   reset keeps them, pgb:4339-4386): `transient_and_resident`'s resident bytes (the rank's FP8
   cache slot in `rank_states`, counted at the step as well). Bucket sizes: `padded`.
-- Double buffering (`Layout.fsdp_double_buffer`): a fixed pool of two units' buffers for the
+- Double buffering (`Layout.fsdp_double_buffer`): a pool of two units' buffers for the
   parameters and two for the gradients (pgb:2524-2576), kept once allocated; the queue keeps
   at most two units with the incoming one (pgb:3956-3978) and the prefetch stops at two
-  (pgb:4420-4432, :4475-4485). The pool's units are the most numerous group of one shape; the
-  others, and the buckets outside units, use the backup allocator (`megatron_fsdp_pool`): beside
-  the pool two of the largest other units and one bucket outside units (the output side's or
-  the embedding's; `held`).
+  (pgb:4420-4432, :4475-4485). The fixed pool's units are the most numerous group of one shape;
+  the others, and the buckets outside units, use the backup allocator (`megatron_fsdp_pool`):
+  beside the pool two of the largest other units and one bucket outside units (the output
+  side's or the embedding's; `held`). The max pool (`Layout.fsdp_max_pool`) takes every unit,
+  its buffers sized per dtype and offset to the largest of any chunk's units (`max_pools`).
 
 Coupling with the activations: `profile_and_resident` gives the buffers at each moment of a
 micro-batch's forward and backward through a chunk, with how many of its layers hold that
@@ -68,7 +69,7 @@ from planner.model.megatron_fsdp_bytes import (
     grad_prices,
     sharded,
 )
-from planner.model.megatron_fsdp_pool import cost, pool, running, shape
+from planner.model.megatron_fsdp_pool import cost, max_pools, pool, running, shape
 from planner.model.megatron_fsdp_pool import double_buffered as pool_bytes
 from planner.model.schedule import Chunks
 from planner.model.stage_params import edge_params
@@ -283,6 +284,7 @@ def profile_and_resident(
     h, n = job.arch.hidden_size, job.optimizer_instances  # HSDP shards over dp / instances
     dense_group = layout.dense_dp // n
     out: list[tuple[Moment, ...]] = []
+    most = max_pools(per_chunk, prices) if layout.fsdp_max_pool else 0.0
     for c, units in enumerate(per_chunk):
         head = first if c == 0 else 0.0
         tail = last if c == len(per_chunk) - 1 else 0.0
@@ -294,9 +296,11 @@ def profile_and_resident(
         split = bucket is not None and not (head and tail and head < bucket)
         held = head + tail if tail and not split else 0.0
         if layout.fsdp_double_buffer:
-            outside = (held or max(head, tail)) * edge
-            alive = pool_bytes(units, prices[c], "grad") + outside
-            alive += pool_bytes(units, prices[c], "pool") + running(units, prices[c])
+            alive = (held or max(head, tail)) * edge + running(units, prices[c])
+            if layout.fsdp_max_pool:
+                alive += most
+            else:
+                alive += pool_bytes(units, prices[c], "grad") + pool_bytes(units, prices[c], "pool")
             out.append(((None, alive),))
             continue
         size = unit_size(job, layout, raw[c], total)
@@ -334,12 +338,15 @@ def step_bytes(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     double buffering the pool, shared by every chunk (one named global buffer,
     utils.py:783-795), stays allocated (pgb:856-860): two units' gradients, at ZeRO 3 their
     parameters too, with the units of the chunks' first windows outside the pool (the backup
-    allocator's; the embedding's gather prefetches nothing, pgb:4441-4450). Bytes by group as
-    in the backward (`megatron_fsdp_bytes`)."""
+    allocator's; the embedding's gather prefetches nothing, pgb:4441-4450); the max pool holds
+    every unit, those windows' too (`max_pools`). Bytes by group as in the backward
+    (`megatron_fsdp_bytes`)."""
     if layout.zero_stage < 2:
         return 0.0
     raw, per_chunk, (first, _) = _padded_chunks(job, layout, rank, chunks)
     prices = chunk_prices(job, layout, rank, chunks)
+    if layout.fsdp_double_buffer and layout.fsdp_max_pool:
+        return max_pools(per_chunk, prices)
     if layout.fsdp_double_buffer:
         held = 0.0
         for field in ("grad", "pool"):

@@ -1,13 +1,16 @@
 """Megatron-FSDP's double buffer (`Layout.fsdp_double_buffer`) as Megatron-LM d98e8a64 pools it
-(pgb: megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py): a
-FixedPoolAllocator for the gathered parameters (with one for the MXFP8 transposes) and one for
-the gradient buckets (pgb:2524-2576), each of two buffers of the most numerous group of units
-with equal buckets, kept once allocated; the other units go to the backup allocator. Bytes by
-group: `megatron_fsdp_bytes.Price`; `megatron_fsdp` places the pools in the step."""
+(pgb: megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py): an allocator
+for the gathered parameters (with one for the MXFP8 transposes) and one for the gradient buckets
+(pgb:2524-2576), each of two buffers (UB_BUFFER_NUM, :2526), kept once allocated. The
+FixedPoolAllocator (`double_buffered`) pools the most numerous group of units with equal buckets
+and leaves the other units to the backup allocator; the MaxPoolAllocator
+(--megatron-fsdp-max-pool-double-buffer, `Layout.fsdp_max_pool`: pgb:2528-2532) pools every unit
+(`max_pooled`). Bytes by group: `megatron_fsdp_bytes.Price`; `megatron_fsdp` places the pools in
+the step."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from planner.model.megatron_fsdp_bytes import ELEMENTS, Pair, Price, Unit
 
@@ -69,3 +72,39 @@ def running(units: list[Unit], prices: Sequence[Price]) -> float:
     """The most a unit's own backward adds beside the pools (`Price.pool_running`) among
     `units`."""
     return max((cost(u, p.pool_running) for u, p in zip(units, prices, strict=True)), default=0.0)
+
+
+def max_pooled(units: Sequence[Unit], prices: Sequence[Price], field: str) -> float:
+    """Bytes of the `field` buffers (`Price`'s "grad" or "pool") the MaxPoolAllocator holds for
+    `units`, every one of them pooled (pgb:1071-1072; no backup allocator for a unit). It sorts
+    each unit's buckets of one dtype from the largest (pgb:991-993; on a tie in size the later
+    bucket, the experts', first), assigns the k-th to offset k of that dtype (:1009-1023) and
+    names one buffer per (buffer of two, dtype, offset) (:960-967, :1160-1161), which grows to
+    the largest request (utils.py:777-795): two buffers of, per dtype and offset, the largest
+    bucket's bytes there. A bucket that is not distributed keeps its offset but never asks for
+    it (`megatron_fsdp_bytes`: priced 0). Dtypes: the gradients' one communication dtype
+    (pgb:2545-2552; planner prices every group's gradient bucket in `Job.grad_comm_bytes`); the
+    parameters' that of the unit's `Price` (`chunk_prices` gives one to the units in bf16 and
+    one to the quantised units, whose groups are "float8", pgb:1795-1798)."""
+    maxima: dict[Hashable, list[float]] = {}
+    for u, p in zip(units, prices, strict=True):
+        price = getattr(p, field)
+        top = maxima.setdefault(p if field == "pool" else None, [])
+        buckets = sorted(
+            ((x, i, x * b) for i, (x, b) in enumerate(zip(u, price, strict=True)) if x),
+            reverse=True,
+        )
+        for k, (_, _, bytes_) in enumerate(buckets):
+            if k == len(top):
+                top.append(0.0)
+            top[k] = max(top[k], bytes_)
+    return 2 * sum(sum(top) for top in maxima.values())
+
+
+def max_pools(per_chunk: Sequence[Sequence[Unit]], prices: Sequence[Sequence[Price]]) -> float:
+    """Bytes of the MaxPoolAllocator's gradient and parameter pools on one GPU (`max_pooled`),
+    held all step once grown: every model chunk's allocators name the same buffers in the one
+    global memory buffer (utils.py:798-803), so each grows to the largest request of any chunk."""
+    units = [u for chunk in per_chunk for u in chunk]
+    flat = [p for chunk in prices for p in chunk]
+    return max_pooled(units, flat, "grad") + max_pooled(units, flat, "pool")

@@ -193,6 +193,7 @@ _CHANGE_FIELDS: tuple[tuple[str, str], ...] = (
     ("ddp_bucket_size", "ddp-bucket-size"),
     ("ddp_num_buckets", "ddp-num-buckets"),
     ("fsdp_double_buffer", "fsdp-double-buffer"),
+    ("fsdp_max_pool", "fsdp-max-pool"),
     ("suggested_communication_unit_size", "fsdp-unit-size"),
     ("defer_embedding_wgrad_compute", "defer-embedding-wgrad"),
     ("wgrad_deferral_limit", "wgrad-deferral-limit"),

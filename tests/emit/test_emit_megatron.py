@@ -25,6 +25,7 @@ from planner.emit import megatron
 from planner.emit.common import environment
 from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
+from planner.inputs.layout import FSDP_STRATEGY
 from planner.inputs.plan import load_plan
 
 # --- every flag is one Megatron has
@@ -69,7 +70,7 @@ def test_zero_stage_flags(zero: int, present: list[str], absent: list[str]) -> N
     for flag in absent:
         assert flag not in f
     if zero >= 2:  # Megatron-FSDP asserts the fsdp_dtensor checkpoint format
-        assert f["--data-parallel-sharding-strategy"] == [megatron.FSDP_STRATEGY[zero]]
+        assert f["--data-parallel-sharding-strategy"] == [FSDP_STRATEGY[zero]]
         assert f["--ckpt-format"] == ["fsdp_dtensor"]
 
 
