@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from rich.markup import escape
 
-from planner.cli.render import gib, over
+from planner.cli.render import gib
 from planner.inputs.plan import Job
+from planner.inputs.units import against, over
 from planner.model.host_memory import HOST_RESERVED_GIB_PER_GPU, HostMemory
 
 
@@ -27,11 +28,9 @@ def host_line(job: Job, host: HostMemory) -> str | None:
             f" (assumed: {host.gpu or job.cluster.gpu.name} has no host memory in the catalog; "
             f"set {where} host_memory_gib_per_node)"
         )
-    budget = (
-        f"{gib(host.capacity)} GiB usable ({share}, less {HOST_RESERVED_GIB_PER_GPU:g} GiB "
-        "for the process)"
-    )
-    pinned = f"{gib(host.total)} GiB pinned a GPU ({', '.join(parts)})"
+    total, cap = against(host.total, host.capacity)  # told apart where they differ
+    budget = f"{cap} GiB usable ({share}, less {HOST_RESERVED_GIB_PER_GPU:g} GiB for the process)"
+    pinned = f"{total} GiB pinned a GPU ({', '.join(parts)})"
     if host.fits:
         return f"host memory: {pinned} of {budget}"
     return (

@@ -17,6 +17,7 @@ from planner.emit.prediction import cost_text
 from planner.inputs import units
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.units import against, over
 from planner.model import titan_accumulation
 from planner.model.memory import MemoryReport
 from planner.model.performance import BOTTLENECK_MIN_SHARE, COMPUTE_BOUND, Performance
@@ -32,21 +33,7 @@ below this the terminal wraps the lines rather than the drawing losing its ops).
 
 
 def gib(nbytes: float) -> str:
-    return f"{units.gib(nbytes):.1f}"
-
-
-def against(peak: float, capacity: float) -> tuple[str, str]:
-    """A peak and its capacity in GiB, to two places where one would write them alike (a
-    peak 20 MiB over its capacity read 'peak 77.3 GiB of 77.3 GiB')."""
-    places = 1 if gib(peak) != gib(capacity) else 2
-    return f"{units.gib(peak):.{places}f}", f"{units.gib(capacity):.{places}f}"
-
-
-def over(nbytes: float) -> str:
-    """An amount over a capacity: GiB to one place, or MiB below 0.05 GiB ('0.0 GiB over')."""
-    if units.gib(nbytes) >= 0.05:
-        return f"{gib(nbytes)} GiB"
-    return f"{max(1.0, nbytes / 2**20):.0f} MiB"
+    return units.gib_text(nbytes)
 
 
 def capacity_text(rep: MemoryReport) -> str:
@@ -250,8 +237,9 @@ def print_explain(
     )
     console.print(memory_table(rep, perf))
     fits = "[green]fits[/]" if host_fits else "[green]fits in GPU memory[/]"
-    verdict = fits if rep.fits else f"[red]does not fit[/] ({gib(rep.shortfall)} over)"
-    console.print(f"{verdict}: peak {gib(rep.peak)} of {gib(rep.capacity)} GiB", markup=True)
+    verdict = fits if rep.fits else f"[red]does not fit[/] ({over(rep.shortfall)} over)"
+    peak, cap = against(rep.peak, rep.capacity)
+    console.print(f"{verdict}: peak {peak} of {cap} GiB", markup=True)
     if line is not None:
         console.print(line, markup=True, highlight=False)
     console.print(time_table(perf))

@@ -29,10 +29,11 @@ from planner.emit import (
 )
 from planner.emit.common import check_job_name
 from planner.emit.launch_pricing import POOL_TARGETS, launched
-from planner.emit.prediction import HEADROOM
+from planner.emit.prediction import HEADROOM, planned_figures
 from planner.emit.torchrun import pool_files
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan, load_plan
+from planner.inputs.units import against, over
 from planner.model import memory
 from planner.search.rules import check_plan
 
@@ -83,7 +84,7 @@ class Launched:
     text: str
     path: Path | None = None
     note: str | None = None
-    """What the user should know of the file written (`renamed`)."""
+    """What the user should know of the file written (`renamed`, `planned_note`)."""
     warning: str | None = None
     """Where the launched plan is predicted not to fit (`unfit`): the file is still written,
     as its header says, but a script that submits it should hear so on stderr."""
@@ -95,11 +96,23 @@ def unfit(plan: Plan, where: Path, headroom_pct: float = HEADROOM) -> str | None
     rep = memory.estimate(plan.job, plan.require_layout(), headroom_pct)
     if rep.fits:
         return None
+    peak, cap = against(rep.peak, rep.capacity)
     return (
-        f"{where}: the launched plan does not fit: peak {rep.peak / 2**30:.1f} GiB of "
-        f"{rep.capacity / 2**30:.1f} GiB usable (stage {rep.worst.stage}); `planner check` "
-        "exits 1 on it"
+        f"{where}: the launched plan does not fit: peak {peak} GiB of {cap} GiB usable, "
+        f"{over(rep.shortfall)} over (stage {rep.worst.stage}); `planner check` exits 1 on it"
     )
+
+
+def planned_note(plan: Plan, target: str, headroom_pct: float = HEADROOM) -> list[str]:
+    """[what the file's header predicts of the launched job and what the plan as written
+    predicts] where `target` launches it otherwise (`launched`) and the two print otherwise
+    (`prediction.planned_figures`): `check` and `explain` say so on stderr, and `launch` as
+    well; [] where they print alike."""
+    return [
+        f"--target {target} launches the plan as its training code runs it, predicted {ran}; "
+        f"the plan as written predicts {own} (the file's header gives both)"
+        for ran, own in planned_figures(plan, headroom_pct)
+    ]
 
 
 def renamed(target: str, job_name: str) -> str | None:
@@ -250,7 +263,8 @@ def launch(
     # its training code runs it (`launched`, which `render` applies for its callers alike)
     plan = launched(check_plan(load_plan(plan_path)), target, headroom_pct)
     file_name, text = render(plan, target, job_name, headroom_pct)
-    note = renamed(target, job_name or plan_path.stem)
+    said = [renamed(target, job_name or plan_path.stem), *planned_note(plan, target, headroom_pct)]
+    note = "; ".join(n for n in said if n is not None) or None
     warning = unfit(plan, plan_path, headroom_pct)
     if out_dir is None and target == "torchrun" and len(plan.job.pools) > 1:
         scripts = _pool_scripts(plan, job_name or plan_path.stem, note, headroom_pct)

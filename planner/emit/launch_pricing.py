@@ -15,6 +15,7 @@ from planner.emit.torchtitan_kernels import TORCHTITAN_TARGETS, torchtitan_launc
 from planner.inputs.errors import InputError
 from planner.inputs.job import Job
 from planner.inputs.plan import Plan
+from planner.inputs.units import against, gib_text, over
 from planner.model import adam_step, cost, memory
 from planner.search.rules import graphs
 
@@ -181,12 +182,18 @@ def bridge_launched(plan: Plan) -> Plan:
 
 def launched(plan: Plan, target: str, headroom_pct: float = HEADROOM) -> Plan:
     """The plan as `target` launches it (`megatron_lm_launched`, `bridge_launched`,
-    `torchtitan_launched`)."""
+    `torchtitan_launched`), holding the job as written in `Plan.planned` where the launched one
+    differs (the header's `prediction.planned_figures` prices both). Launching a launched plan
+    again keeps the job first written there."""
     if target == "megatron-bridge":
-        return bridge_launched(plan)
-    if target in TORCHTITAN_TARGETS:
-        return torchtitan_launched(plan)
-    return megatron_lm_launched(plan, target, headroom_pct)
+        run = bridge_launched(plan)
+    elif target in TORCHTITAN_TARGETS:
+        run = torchtitan_launched(plan)
+    else:
+        run = megatron_lm_launched(plan, target, headroom_pct)
+    if run is plan:
+        return plan
+    return replace(run, planned=plan.job if plan.planned is None else plan.planned)
 
 
 def bridge_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str | None:
@@ -206,11 +213,12 @@ def bridge_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str | No
 
 def peak_text(report: memory.MemoryReport) -> str:
     """ "peak 61.2 GiB", and where it is over the usable memory ", which does not fit (77.3 GiB
-    usable)": a launched run's peak as the notes give it."""
-    text = f"peak {report.peak / 2**30:.1f} GiB"
-    if not report.fits:
-        text += f", which does not fit ({report.capacity / 2**30:.1f} GiB usable)"
-    return text
+    usable, 0.4 GiB over)": a launched run's peak as the notes give it, beside its capacity as
+    `units.against` writes the two (never alike where they differ)."""
+    if report.fits:
+        return f"peak {gib_text(report.peak)} GiB"
+    peak, cap = against(report.peak, report.capacity)
+    return f"peak {peak} GiB, which does not fit ({cap} GiB usable, {over(report.shortfall)} over)"
 
 
 def megatron_lm_launched_note(plan: Plan, headroom_pct: float = HEADROOM) -> str | None:

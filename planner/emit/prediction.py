@@ -2,7 +2,8 @@
 
 `predict` runs planner.model.cost, planner.model.memory and planner.ops on a plan once; `header`
 turns it into the lines every launch file starts with (the plan's predicted step time,
-tokens/s/GPU and peak memory against its GPUs' usable memory, and the planner version);
+tokens/s/GPU and peak memory against its GPUs' usable memory, and the planner version; where the
+target launches the plan otherwise than written, the plan's own figures too: `planned_figures`);
 `summary_lines` says the operations figures (cost, checkpoints, goodput) in sentences, for
 headers and `explain`. Each emitter of `planner.emit` calls `predict` once in its `render`.
 """
@@ -14,10 +15,13 @@ from dataclasses import dataclass, replace
 from planner import __version__
 from planner.inputs.errors import InputError
 from planner.inputs.hardware import ClusterSpec
+from planner.inputs.job import Job
+from planner.inputs.layout import Layout
 from planner.inputs.plan import Plan
 from planner.inputs.pools import node_tiers
 from planner.inputs.units import (
     GIB,
+    against,
     format_amount,
     format_bytes,
     format_duration,
@@ -107,7 +111,7 @@ def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
     where it is not `HEADROOM` (check's default)."""
     lay = plan.require_layout()
     job = plan.job
-    verdict = "fits" if p.fits else f"DOES NOT FIT (worst: stage {p.worst_stage})"
+    peak, cap = against(p.peak_gib * GIB, p.capacity_gib * GIB)
     source = plan.path.name if plan.path is not None else "<inline plan>"
     gpus = f"{job.cluster.num_gpus} x {job.cluster.gpu.name}"
     if job.pools:  # heterogeneous pools, in pipeline order
@@ -120,8 +124,9 @@ def header(plan: Plan, target: str, job_name: str, p: Prediction) -> list[str]:
         f"seq {job.seq_length}, global batch {job.global_batch_size}, {job.precision_text}",
         f"layout: {lay.describe()}",
         f"predicted: step {p.step_time_s:.3f} s, {p.tokens_per_s_per_gpu:.1f} tokens/s/GPU, "
-        f"{p.mfu_text}, peak memory {p.peak_gib:.1f} GiB of {p.capacity_gib:.1f} GiB "
-        f"usable{_headroom_text(p)} ({verdict}){_expandable_text(p)}",
+        f"{p.mfu_text}, peak memory {peak} GiB of {cap} GiB "
+        f"usable{_headroom_text(p)} ({_verdict(p.fits, p.worst_stage)}){_expandable_text(p)}",
+        *(f"plan as written: {own}{PLANNED}" for _, own in planned_figures(plan, p.headroom_pct)),
         *(f"operations: {line}" for line in p.operations),
         *overrides_lines(plan),
     ]
@@ -182,6 +187,41 @@ def overrides_lines(plan: Plan) -> list[str]:
     return lines
 
 
+PLANNED = (
+    " (the plan file's own figures, which `planner check` gives; the predicted ones above are "
+    "the job this file launches, as its target runs the plan)"
+)
+"""What the header's 'plan as written' line says after the plan's own figures (`header`)."""
+
+
+def figures(job: Job, layout: Layout, headroom_pct: float) -> str:
+    """'step 13.387 s, 9791.4 tokens/s/GPU, peak memory 61.90 GiB of 61.89 GiB usable (DOES NOT
+    FIT (worst: stage 0))': a job's step, throughput and peak against its usable memory at
+    `headroom_pct`, as the header's 'predicted' line writes them."""
+    perf = cost.estimate(job, layout)
+    rep = memory.estimate(job, layout, headroom_pct)
+    peak, cap = against(rep.peak, rep.capacity)
+    return (
+        f"step {perf.step_time_s:.3f} s, {perf.tokens_per_s_per_gpu:.1f} tokens/s/GPU, peak "
+        f"memory {peak} GiB of {cap} GiB usable ({_verdict(rep.fits, rep.worst.stage)})"
+    )
+
+
+def planned_figures(plan: Plan, headroom_pct: float) -> list[tuple[str, str]]:
+    """[(the launched job's `figures`, the plan's own)] for a plan a target launches otherwise
+    than written (`Plan.planned`: the loss Megatron-LM runs, say) where the two print otherwise;
+    [] where they print alike, or the plan is launched as written."""
+    if plan.planned is None:
+        return []
+    lay = plan.require_layout()
+    ran, own = figures(plan.job, lay, headroom_pct), figures(plan.planned, lay, headroom_pct)
+    return [] if ran == own else [(ran, own)]
+
+
+def _verdict(fits: bool, worst_stage: int) -> str:
+    return "fits" if fits else f"DOES NOT FIT (worst: stage {worst_stage})"
+
+
 def _headroom_text(p: Prediction) -> str:
     """' at 10% headroom' where the prediction's headroom is not check's default (the default's
     header reads as it always has), else ''."""
@@ -193,8 +233,9 @@ def _expandable_text(p: Prediction) -> str:
     memory does not count (the script read back predicts it)."""
     if p.expandable_peak_gib is None:
         return ""
+    peak, _ = against(p.expandable_peak_gib * GIB, p.capacity_gib * GIB)
     return (
-        f"; {p.expandable_peak_gib:.1f} GiB with the expandable segments its environment sets "
+        f"; {peak} GiB with the expandable segments its environment sets "
         "(PYTORCH_CUDA_ALLOC_CONF: a script read back with it predicts that)"
     )
 

@@ -56,6 +56,10 @@ class Plan:
     launch_notes: tuple[str, ...] = ()
     """What a launch target changed of the plan as written, said in its file's notes (the plan
     as the Megatron-LM targets launch it: `planner.emit.launch_pricing.megatron_lm_launched`)."""
+    planned: Job | None = None
+    """The job as the plan file writes it, where a launch target launches another (`job`, as
+    `planner.emit.launch_pricing.launched` sets it): the figures a launch file's header gives
+    beside the launched job's; None for the plan as written."""
 
     def require_layout(self) -> Layout:
         """The layout; check, explain and launch need one (exit 2 without `[parallel]`)."""

@@ -4,7 +4,8 @@ Inside planner everything is SI: bytes, seconds, FLOP/s, bytes/s. Data files car
 their key names (`bandwidth_gb_per_s_per_gpu`, `memory_gib`, `peak_tflops_bf16`) and are converted
 here, once, at load time. A token budget typed as "15T" is read here (`parse_tokens`), and the
 human output of every layer writes its numbers with the `format_*` functions ("67.8k", "$71M",
-"5.68 TB", "2.5 h").
+"5.68 TB", "2.5 h"), and a peak beside its capacity with `against` and `over`, alike in every
+command and launch file.
 """
 
 from __future__ import annotations
@@ -178,6 +179,37 @@ def format_duration(seconds: float) -> str:
         return f"{seconds:.1f} s"
     ms = seconds * 1e3
     return f"{ms:.0f} ms" if ms >= 10 else f"{ms:.2g} ms"  # 530 ms, not 5.3e+02 ms
+
+
+def gib_text(n_bytes: float) -> str:
+    """Bytes as GiB to one place ('61.9'), as the memory tables print them."""
+    return f"{gib(n_bytes):.1f}"
+
+
+AGAINST_MAX_PLACES = 6
+"""The most decimals `against` writes GiB to: 10^-6 GiB is about 1 KiB, so only a peak within
+a KiB or so of its capacity may still read alike (a byte-exact tie does, and fits)."""
+
+
+def against(peak: float, capacity: float) -> tuple[str, str]:
+    """A peak and its capacity (bytes) in GiB, to one place, or to the fewest more at which the
+    two read apart where they are not the same bytes ('peak 61.90 GiB of 61.89 GiB', never
+    'peak 61.9 GiB of 61.9 GiB' over a plan 10 MiB over). Rounding keeps their order, so a peak
+    within its capacity never reads above it, nor one over it below it."""
+    places = 1
+    while peak != capacity and places < AGAINST_MAX_PLACES:
+        if f"{gib(peak):.{places}f}" != f"{gib(capacity):.{places}f}":
+            break
+        places += 1
+    return f"{gib(peak):.{places}f}", f"{gib(capacity):.{places}f}"
+
+
+def over(n_bytes: float) -> str:
+    """An amount over a capacity (bytes): GiB to one place, or MiB below 0.05 GiB ('10 MiB',
+    not '0.0 GiB'), at least 1 MiB."""
+    if gib(n_bytes) >= 0.05:
+        return f"{gib_text(n_bytes)} GiB"
+    return f"{max(1.0, n_bytes / MIB):.0f} MiB"
 
 
 def shown(value: float, digits: int) -> float:

@@ -3,7 +3,8 @@ an uneven-pipeline (Llama 3.1 405B) plan, for every target.
 
 The oracle is the reviewed file in tests/golden/. Two header details are masked before comparing,
 since they change without the launch file changing: the planner version, and the predicted
-figures (the cost and memory models evolve; test_launch.py checks those figures against
+figures, the plan's own as well where the file launches it otherwise (the cost and memory models
+evolve; test_launch.py and test_launch_planned_figures.py check those figures against
 planner.model.cost and planner.model.memory instead). Rewrite with PLANNER_UPDATE_GOLDEN=1.
 """
 
@@ -35,6 +36,7 @@ UPDATE = os.environ.get("PLANNER_UPDATE_GOLDEN") == "1"
 def normalise(text: str) -> str:
     text = text.replace(f"planner {__version__}:", "planner VERSION:")
     text = re.sub(r"^# predicted: .*$", "# predicted: (masked)", text, flags=re.M)
+    text = re.sub(r"^# plan as written: .*$", "# plan as written: (masked)", text, flags=re.M)
     text = re.sub(r"^# operations: .*$", "# operations: (masked)", text, flags=re.M)
     text = re.sub(r"SAVE_INTERVAL:-\d+", "SAVE_INTERVAL:-N", text)
     return re.sub(r"(--save-interval\W+)\d+", r"\1N", text)
@@ -63,5 +65,8 @@ def test_golden(plan_path: Path, target: str) -> None:
 
 
 def test_normalise_masks_only_version_and_prediction() -> None:
-    text = f"# planner {__version__}: x\n# predicted: step 1 s\n--num-layers 8\n"
-    assert normalise(text) == "# planner VERSION: x\n# predicted: (masked)\n--num-layers 8\n"
+    text = (
+        f"# planner {__version__}: x\n# predicted: step 1 s\n# plan as written: step 2 s\n--tp 8\n"
+    )
+    masked = "# planner VERSION: x\n# predicted: (masked)\n# plan as written: (masked)\n--tp 8\n"
+    assert normalise(text) == masked

@@ -132,7 +132,7 @@ def test_a_name_starting_with_a_digit_gets_a_letter_and_a_note(
     code, _, err = run(
         ["launch", str(PLANS / "launch-mixtral-8x7b.toml"), "--target", "k8s"], capsys
     )
-    assert code == 0 and "note:" not in err  # the plan's stem is a label as it is
+    assert code == 0 and "metadata.name" not in err  # the plan's stem is a label as it is
 
 
 def test_a_name_without_letters_or_digits_is_refused() -> None:

@@ -3,6 +3,7 @@
 # model mixtral-8x7b on 64 x h100-sxm-80gb, seq 4096, global batch 256, bf16
 # layout: tp1 pp1 dp64 ep8 mbs1 zero3 recompute=selective
 # predicted: step 4.435 s, 3694.2 tokens/s/GPU, MFU 31.0% of the bf16 peak, peak memory 57.0 GiB of 77.3 GiB usable (fits)
+# plan as written: step 4.435 s, 3694.2 tokens/s/GPU, peak memory 57.7 GiB of 77.3 GiB usable (fits) (the plan file's own figures, which `planner check` gives; the predicted ones above are the job this file launches, as its target runs the plan)
 # operations: checkpoint 560 GB (sync, write 70.1 s, blocks 70.4 s) every 4,507 steps = 5.6 h; MTBF 791.8 h at 0.000474 failures/GPU-day
 # operations: goodput 99.3% (checkpoints 0.3%, failures 0.4%); effective 234,716 tokens/s
 # 8 node(s) x 8 GPUs: run this same script on each node
