@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from planner.cli.explain_attention import flex_text
 from planner.cli.explain_dsa import dsa_text
 from planner.cli.switch_notes import (
     SWITCH_ADVICE_SHARE,
@@ -71,6 +72,7 @@ def notes(
         v_placement_text(job, layout),
         one_micro_batch_text(job, layout),
         folded_moe_text(job, layout),
+        flex_text(job, layout),
     )
     return [n for n in texts if n]
 

@@ -2,15 +2,18 @@
 behind its estimate and no term of the model accounts for the gap. Two regimes: one micro-batch
 per step with model-parallel collectives and little work per GPU (`in_one_micro_batch_regime`),
 and a Megatron MoE whose attention is tensor-parallel over experts that are not
-(`in_folded_moe_regime`); a layout may be in both. explain and suggest say so
-(`planner.cli.explain_notes`, the JSON's `performance.optimistic`: `optimistic`);
-benchmarks/fidelity.py reports the measured runs in and out of them.
+(`in_folded_moe_regime`); a layout may be in both. Besides them, a torchtitan plan whose
+attention is FlexAttention (`in_flex_attention`), timed at faster kernels' rates, no gap
+measured. explain and suggest say so (`planner.cli.explain_notes`, the JSON's
+`performance.optimistic`: `optimistic`); benchmarks/fidelity.py reports the measured runs in and
+out of them.
 """
 
 from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.model import titan_attention
 
 ONE_MICRO_BATCH_GAP = 0.24
 """How much longer than predicted the measured steps of one-micro-batch runs with tensor or expert
@@ -76,7 +79,19 @@ def in_folded_moe_regime(job: Job, layout: Layout) -> bool:
     return layout.tp > 1 and layout.expert_tp == 1 and layout.ep > 1
 
 
+def in_flex_attention(job: Job, layout: Layout) -> bool:
+    """A torchtitan plan whose attention is FlexAttention's Triton kernel
+    (`planner.model.titan_attention.backend`), timed at cuDNN's fused rates for want of a
+    published forward and backward rate of it: optimistic by an amount no run measures."""
+    return titan_attention.backend(job, layout) == "flex"
+
+
 def optimistic(job: Job, layout: Layout) -> bool:
     """Whether the layout is in a regime where measured steps ran well behind the model (either
-    of the two): the JSON's `performance.optimistic`."""
-    return in_one_micro_batch_regime(job, layout) or in_folded_moe_regime(job, layout)
+    of the two), or whose attention kernel is timed faster than it runs (`in_flex_attention`):
+    the JSON's `performance.optimistic`."""
+    return (
+        in_one_micro_batch_regime(job, layout)
+        or in_folded_moe_regime(job, layout)
+        or in_flex_attention(job, layout)
+    )

@@ -25,8 +25,8 @@ activate_flash_attention_impl selects it, which e347b1e5 never calls), timed at
 `attention.FLASH2_KERNELS`' rates (`kernel`). This is the e347b1e5 flavors that run SDPA
 (`SDPA_MODELS`; DeepSeek-V3 and gpt-oss run FlexAttention, e347b1e5 models/deepseek_v3/
 __init__.py:100, :154, models/gpt_oss/model/args.py:67, whose deterministic path planner does not
-model); planner's torchtitan model is that SDPA in both eras (`planner.emit.torchtitan_module`'s
-header says b5bcd76c runs FlexAttention instead).
+model). b5bcd76c runs no SDPA for a language model (its deterministic mode, the plan's without
+deterministic_fill, is FlexAttention's or varlen's: `planner.model.titan_attention`).
 
 The workspace. Its backward (attention_backward.cu `_flash_attention_backward` passes
 deterministic = true when deterministic algorithms are on and not warn-only) is FA2's mha_bwd
@@ -66,8 +66,12 @@ FP32 = 4.0
 
 def flash_runs(job: Job) -> bool:
     """Whether torchtitan's SDPA runs PyTorch's flash backend in deterministic mode in place of
-    cuDNN (module docstring)."""
+    cuDNN (module docstring): e347b1e5's mode, `[torchtitan] deterministic_fill` (the TOML target
+    refuses the mode without it); b5bcd76c's (no fill) runs no SDPA for a language model
+    (`planner.model.titan_attention`: FlexAttention, or varlen for gpt-oss)."""
     if job.framework != "torchtitan" or not job.deterministic or not job.flash_attention:
+        return False
+    if not job.titan.deterministic_fill:  # b5bcd76c's mode: flex or varlen, no SDPA
         return False
     zoo = zoo_flavor(job.arch)
     return zoo is not None and MODELS[zoo][0] in SDPA_MODELS

@@ -19,6 +19,7 @@ from planner.inputs import megatron_args
 from planner.inputs.hybrid import DENSE
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job, parse_plan
+from planner.inputs.torchtitan import TorchtitanSection
 from planner.model import attention_time, cost, determinism, host, layer_parts, layer_time
 from planner.model.job_memo import JobMemo
 
@@ -54,13 +55,19 @@ def test_a_large_dense_model_pays_a_few_percent() -> None:
 
 
 def test_torchtitan_turns_the_fill_off_so_only_the_attention_kernel_changes() -> None:
-    # b5bcd76c turns the fill off: no issue or fill charge; what remains is PyTorch refusing
-    # cuDNN attention under deterministic algorithms (sdp_utils.cpp check_cudnn_deterministic,
-    # planner.model.titan_sdpa): the step is the one at FlashAttention-2's rates
+    # b5bcd76c turns the fill off: no issue or fill charge; and it builds no SDPA for a language
+    # model (models common config_utils.py:97-101): FlexAttention, timed at the fused rates
+    # (planner.model.titan_attention), so the step does not change at all
     j = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, framework="torchtitan")
     assert determinism.issue_factor(replace(j, deterministic=True)) == 1.0
-    flash2 = replace(j, attention_kernel="flash2")
     lay = Layout(tp=1, pp=1, dp=8, zero_stage=3)
+    assert _ratio(j, lay) == 1.0
+    # e347b1e5's mode (the TOML's, its fill on), compiled (inductor's buffers skip the fill):
+    # PyTorch refuses cuDNN attention under deterministic algorithms (sdp_utils.cpp
+    # check_cudnn_deterministic, planner.model.titan_sdpa): the step at FlashAttention-2's rates
+    j = replace(j, torchtitan=TorchtitanSection(deterministic_fill=True, compile=True))
+    assert determinism.issue_factor(replace(j, deterministic=True)) == 1.0
+    flash2 = replace(j, attention_kernel="flash2")
     JobMemo.forget_all()
     want = cost.estimate(flash2, lay).step_time_s / cost.estimate(j, lay).step_time_s
     assert want > 1.0
@@ -120,6 +127,7 @@ def test_the_attention_backward_takes_the_deterministic_schedule() -> None:
     assert det.fwd == plain.fwd
     assert det.bwd == pytest.approx(plain.bwd * 2.900 / 2.391, rel=1e-12)
     tt = job("llama3.1-8b", "h100-sxm-80gb", 8, 8192, 16, framework="torchtitan")
+    tt = replace(tt, torchtitan=TorchtitanSection(deterministic_fill=True))  # e347b1e5's mode
     assert core(replace(tt, deterministic=True)) == core(replace(tt, attention_kernel="flash2"))
 
 

@@ -22,6 +22,7 @@ from jobs import job
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
+from planner.inputs.torchtitan import TorchtitanSection
 from planner.model import attention_time, memory, titan_sdpa
 from planner.model.layer_time import gpu_of
 from planner.model.stage_activations import shard
@@ -37,6 +38,8 @@ def _llama8b(deterministic: bool) -> Job:
         framework="torchtitan",
         cross_entropy="pytorch",  # torchtitan's loss, as its plans read
         deterministic=deterministic,
+        # e347b1e5's mode (the TOML target's; b5bcd76c's, without the fill, runs no SDPA)
+        torchtitan=TorchtitanSection(deterministic_fill=True),
     )
 
 
@@ -62,6 +65,11 @@ def test_only_deterministic_sdpa_runs_flash() -> None:
     )
     assert titan_sdpa.kernel(_llama8b(False)) == "fused"
     assert titan_sdpa.kernel(_llama8b(True)) == "flash2"
+    # b5bcd76c's mode (no fill: the TOML target refuses it, planner.emit.torchtitan) builds no
+    # SDPA for a language model (models common config_utils.py:97-101): FlexAttention runs
+    b5 = replace(_llama8b(True), torchtitan=TorchtitanSection(deterministic_fill=False))
+    assert titan_sdpa.kernel(b5) == "fused"
+    assert titan_sdpa.flash_backward_bytes(b5, 1, shard(b5, Layout(dp=8))) == 0
     # DeepSeek-V3 runs FlexAttention at e347b1e5: not SDPA's fallback
     ds = job(
         "deepseek-v3", "h100-sxm-80gb", 256, 4096, 256, framework="torchtitan", deterministic=True

@@ -1,6 +1,7 @@
 """torchtitan's Python configurations (b5bcd76c, the configuration torchtitan takes since
 9810191b) as an era of their own: what makes a plan theirs (`python_config_era`), and what that
-era cannot run (`head_era`), from benchmarks/data/torchtitan_head_config.md. A layout the TOML era
+era cannot run (`head_era`), from benchmarks/data/torchtitan_head_config.md (`python_config_era` and
+`toml_era_refusal` are `planner.inputs.torchtitan_era`'s, re-exported here). A layout the TOML era
 (e347b1e5) raises on (`torchtitan_toml.era_problem`: the TOML target's `era_refusal`) is the
 Python configurations' too: only the module target writes it, so what that era cannot run makes a
 plan no torchtitan target writes."""
@@ -9,49 +10,11 @@ from __future__ import annotations
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.inputs.torchtitan import (
-    DEEPEP_MODELS,
-    HEAD_CONTEXT,
-    HEAD_GONE,
-    MODELS,
-    flavor_name,
-)
-from planner.inputs.torchtitan_toml import plan_era_problem
+from planner.inputs.torchtitan import HEAD_CONTEXT, HEAD_GONE, MODELS, flavor_name
+from planner.inputs.torchtitan_era import python_config_era, toml_era_refusal
 from planner.search.rules.base import Violation
 
-
-def toml_era_refusal(job: Job, lay: Layout) -> str | None:
-    """What torchtitan e347b1e5 (the TOML target's era) raises on in the layout's degrees
-    (`torchtitan_toml.era_problem`, with the degrees the TOML target's `era_refusal` gives it:
-    context parallelism or pipelining a model of that era lacks, DDP beside tp or pp, tp or pp
-    without FSDP, a sequence not a multiple of tp x 2cp), as "at <field> <value>"; None where
-    it runs."""
-    name = MODELS.get(flavor_name(job.arch), ("", ""))[0]
-    problem = plan_era_problem(job, lay, name)
-    if problem is None:
-        return None
-    field, value, _ = problem
-    return f"at {field} {value} (which torchtitan e347b1e5 refuses: the TOML target's era)"
-
-
-def python_config_era(job: Job, lay: Layout) -> str | None:
-    """What makes the plan torchtitan's Python configurations' (b5bcd76c; the TOML target
-    refuses each): a chunked loss (`[torchtitan] loss_chunks` > 1), MTP layers
-    (`[torchtitan] num_mtp_layers`: e347b1e5 has none), float8 experts with
-    pipelining or context parallelism (e347b1e5's grouped float8 converter asserts pp and cp 1:
-    `torchtitan_float8.grouped_float8_problem`), or DeepEP for a model whose e347b1e5 parallelize
-    ignores it (not in DEEPEP_MODELS: its TOML runs the all-to-all), or degrees e347b1e5
-    raises on (`toml_era_refusal`); None where none."""
-    if job.titan.loss_chunks > 1:
-        return f"with loss_chunks {job.titan.loss_chunks}"
-    if job.titan.num_mtp_layers:  # e347b1e5 has no MTP module (b5bcd76c models/deepseek_v3/mtp.py)
-        return f"with num_mtp_layers {job.titan.num_mtp_layers}"
-    if job.titan.float8_experts and (lay.pp > 1 or lay.cp > 1):
-        return f"with float8_experts at pp {lay.pp}, cp {lay.cp}"
-    name = MODELS.get(flavor_name(job.arch), ("", ""))[0]
-    if lay.ep > 1 and lay.moe_token_dispatcher_type == "flex" and name not in DEEPEP_MODELS:
-        return f"with DeepEP for {name or job.arch.name} (moe_token_dispatcher_type flex)"
-    return toml_era_refusal(job, lay)
+__all__ = ["head_era", "python_config_era", "toml_era_refusal"]
 
 
 def head_era(job: Job, lay: Layout) -> Violation | None:
