@@ -67,6 +67,8 @@ def model_table(job: Job, ref: dict[str, Any] | None, plan_path: Path) -> dict[s
     if job.arch.name in catalog.models() and catalog.models()[job.arch.name] == job.arch:
         return {"name": job.arch.name}
     fields = job.arch.model_dump(exclude_defaults=True)
+    if job.arch.name in catalog.models():  # a zoo model's name on other fields (a model file's):
+        fields["name"] = f"{job.arch.name}+modified"  # refused beside them (plan_resolve)
     return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
 
 

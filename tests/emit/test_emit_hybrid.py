@@ -84,7 +84,7 @@ def test_mtp_depths_follow_the_pipes() -> None:
     # Megatron infers --mtp-num-layers from it
     arch = catalog.get_model(NANO)
     model = arch.model_dump(exclude_defaults=True, exclude={"display_name"})
-    model.update(hybrid_layer_pattern=PATTERN + "/*E", mtp_num_layers=1)
+    model.update(hybrid_layer_pattern=PATTERN + "/*E", mtp_num_layers=1, name=f"{NANO}-mtp")
     base = {"tp": 2, "ep": 8, "sequence_parallel": True, "zero_stage": 1, "pp": 2}
     plan = make_plan(model, 32, base, global_batch_size=256)
     f = flags(plan)

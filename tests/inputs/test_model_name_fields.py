@@ -101,3 +101,22 @@ def test_a_model_named_after_no_zoo_model_reads_back_from_suggest(
     code, _, err = run(["check", str(plan)], capsys)
     assert code == 0, err
     assert load_plan(plan).job.arch.num_layers == 16
+
+
+def test_a_zoo_named_model_file_changed_reads_back_from_suggest(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a model file copied from the zoo and edited, its name kept: suggest reads it (a model file
+    # names itself), and the plan it writes must read back: plan_writer labels the changed model
+    # "<name>+modified", which is no zoo model's, rather than the zoo's name beside other fields
+    fields = {"name": "llama3.1-8b", **_zoo_fields("llama3.1-8b"), "num_layers": 16}
+    model = tmp_path / "m16.toml"
+    model.write_text("".join(f"{k} = {toml_value(v)}\n" for k, v in fields.items()))
+    plan = tmp_path / "plan.toml"
+    argv = ["suggest", "--model", str(model), "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    code, _, err = run([*argv, "--write-plan", str(plan)], capsys)
+    assert code == 0, err
+    assert 'name = "llama3.1-8b+modified"\n' in plan.read_text()
+    code, _, err = run(["check", str(plan)], capsys)
+    assert code in (0, 1), err
+    assert load_plan(plan).job.arch.num_layers == 16

@@ -28,6 +28,7 @@ def _job(dsa: bool = True) -> Job:
     table = tomllib.loads(ZOO.read_text())
     if dsa:
         table.update(dsa_indexer_n_heads=64, dsa_indexer_head_dim=128, dsa_indexer_topk=2048)
+        table["name"] = "deepseek-v3-dsa"  # no longer the zoo's model (plan_resolve)
     doc = {
         "model": table,
         "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},

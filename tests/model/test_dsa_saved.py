@@ -33,6 +33,7 @@ def _arch() -> ModelArch:
     """DeepSeek-V3's zoo model with DSv3.2's indexer (64 heads of 128, top 2,048)."""
     table = tomllib.loads(ZOO.read_text())
     table.update(dsa_indexer_n_heads=64, dsa_indexer_head_dim=128, dsa_indexer_topk=2048)
+    table["name"] = "deepseek-v3-dsa"  # no longer the zoo's model (plan_resolve refuses that name)
     doc = {
         "model": table,
         "cluster": {"gpu": "h100-sxm-80gb", "num_gpus": 8},

@@ -69,12 +69,13 @@ def test_the_binding_layout_and_the_memory_advised_are_the_least_the_search_fits
     usable = memory.usable_bytes(_memory(j, gib).cluster.capacity_bytes, 3.0)
     below = memory.usable_bytes(_memory(j, gib - 1).cluster.capacity_bytes, 3.0)
     assert below < needs - 0.05 * GIB and needs - 0.05 * GIB <= usable
-    if model == "llama3.1-8b":  # dp 1: ZeRO 1 (ZeRO 3 at dp 1 holds more)
+    if model == "llama3.1-8b":  # dp 1: ZeRO 1 (ZeRO 3 at dp 1 holds no less: its one-rank
+        # groups are views of the whole parameters and gradients, megatron_fsdp_bytes)
         assert "dp1" in binding and "zero1" in binding
         peak, lay = min_peak(j, Space())
         assert lay is not None and lay.dp == 1
         fsdp = memory.estimate(j, lay.with_(zero_stage=3)).peak
-        assert fsdp > peak
+        assert fsdp >= peak
 
 
 def test_a_halved_sequence_is_the_longest_that_fits(
