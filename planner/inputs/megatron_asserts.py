@@ -151,6 +151,13 @@ def _sharding(line: Line, trains: bool) -> tuple[str, str] | None:
     sharded = distributed or mfsdp or fsdp2  # not dist_muon: validate_args maps it after
     if line.has("--fp8-param-gather") and not sharded:
         return "--fp8-param-gather", FP8_GATHER_TRAINING if trains else FP8_GATHER_INFERENCE
+    optimizer = line.text("--optimizer") or "adam"
+    if optimizer not in ("adam", "sgd") and (mfsdp or fsdp2):  # arguments.py:1726-1740
+        which = "--use-torch-fsdp2" if fsdp2 else "--use-megatron-fsdp"
+        return "--optimizer", (
+            f"{optimizer}: an emerging optimizer, which does not run with {which} "
+            "(validate_args asserts it)"
+        )
     ckpt = line.text("--ckpt-format") or "torch_dist"
     if mfsdp and ckpt != "fsdp_dtensor":
         return "--ckpt-format", (

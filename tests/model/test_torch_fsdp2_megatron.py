@@ -197,3 +197,17 @@ def test_fp8_param_gather_is_refused_beside_it() -> None:
     assert [v.field for v in broken if v.rule == "torch_fsdp2"] == ["parallel.use_torch_fsdp2"]
     kept = rules.violations(replace(fp8, fp8_param_gather=False), lay)
     assert not [v for v in kept if v.rule == "torch_fsdp2"]
+
+
+@pytest.mark.parametrize("optimizer", ["lion", "adaptive_muon"])
+def test_an_emerging_optimizer_beside_fsdp_exits_2(optimizer: str) -> None:
+    # Megatron-LM d98e8a64 arguments.py:1726-1740: any --optimizer but sgd and adam asserts not
+    # --use-torch-fsdp2 (:1739) and not --use-megatron-fsdp (:1740); planner reads lion and
+    # adaptive_muon as Adam with a note, so the refusal is the reader's
+    with pytest.raises(InputError, match=f"--optimizer: {optimizer}: .*--use-torch-fsdp2"):
+        _plan(f"--optimizer {optimizer} ")
+    mfsdp = LINE.replace("--use-torch-fsdp2", "--use-megatron-fsdp --use-distributed-optimizer")
+    mfsdp = mfsdp.replace("--ckpt-format torch_dist", "--ckpt-format fsdp_dtensor")
+    with pytest.raises(InputError, match=f"--optimizer: {optimizer}: .*--use-megatron-fsdp"):
+        megatron_args.to_plan(mfsdp + f"--optimizer {optimizer} ", "h100-sxm-80gb", 8)
+    assert parse_plan(megatron_args.to_plan(mfsdp, "h100-sxm-80gb", 8)).job.optimizer == "adam"
