@@ -112,22 +112,13 @@ def data_parallel(
     `job.optimizer_instances` instances; the arguments as `dp_sync.data_parallel`'s."""
     n = job.optimizer_instances
     groups = instance_groups(job.cluster, lay, n)
+    grads = dp_sync.reduced_bytes(job, lay)
     if lay.zero_stage >= 2:
         optim = lay.zero_stage == 3 and job.outer_dp_sharding_strategy == "optim"
-        sizes = (dp_sync.reduced_bytes(job, lay), param_bytes)
+        sizes = (grads, param_bytes)
         return fsdp(groups, lay, dense, expert, sizes, fwd, bwd, m, max(layers, 1), optim)
     return distributed_optimizer(
-        groups,
-        lay,
-        dense,
-        expert,
-        dp_sync.reduced_bytes(job, lay),
-        fwd,
-        bwd,
-        m,
-        layers,
-        param_bytes,
-        own,
+        groups, lay, dense, expert, grads, fwd, bwd, m, layers, param_bytes, own
     )
 
 

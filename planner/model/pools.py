@@ -238,35 +238,16 @@ def data_parallel(
     window; the instance's parameter all-gather in the forward window; what exceeds a window
     (with the first bucket's fill, `dp_sync.windowed`) is exposed, and never less than one
     bucket."""
+    grads = dp_sync.reduced_bytes(job, lay)
     if lay.dp_pools <= 1 or job.between_pools is None:
         return dp_sync.data_parallel(
-            groups,
-            lay,
-            dense,
-            expert,
-            dp_sync.reduced_bytes(job, lay),
-            fwd,
-            bwd,
-            m,
-            layers,
-            param_bytes,
-            own,
+            groups, lay, dense, expert, grads, fwd, bwd, m, layers, param_bytes, own
         )
     # the pools' instances are the distributed optimizer's, the link between pools its group
     # across them: one window, every kind's all-reduce crossing the link
     across = (*groups, link_group(job, lay.dp_pools))
     return dp_instances.distributed_optimizer(
-        across,
-        lay,
-        dense,
-        expert,
-        dp_sync.reduced_bytes(job, lay),
-        fwd,
-        bwd,
-        m,
-        layers,
-        param_bytes,
-        own,
+        across, lay, dense, expert, grads, fwd, bwd, m, layers, param_bytes, own
     )
 
 
