@@ -83,10 +83,14 @@ def megatron_flags() -> frozenset[str]:
     return frozenset(flag_specs())
 
 
-SCRIPT_FLAGS = frozenset({"--dataloader-seq-length", "--disable-vision-class-token"})
-"""Flags of Megatron-LM's example scripts, not of its parser, that the reader reads as they are
-(pretrain_vlm.py's: `megatron_args_memory.vision`): never taken for a misspelling
-(`--dataloader-seq-length` is 0.84 alike to `--decoder-seq-length`)."""
+SCRIPT_FLAGS = frozenset(
+    {"--dataloader-seq-length", "--disable-vision-class-token", "--dataloader-save"}
+)
+"""Flags of Megatron-LM's example scripts, not of its parser, never taken for a misspelling: the
+two the reader reads as they are (pretrain_vlm.py's: `megatron_args_memory.vision`;
+`--dataloader-seq-length` is 0.84 alike to `--decoder-seq-length`), and examples/multimodal's
+`--dataloader-save` (multimodal_args.py:28 at d98e8a64, the Energon dataloader's state path;
+alike to `--dataloader-type`), whose lines the multimodal check refuses by name."""
 
 
 FORK_FLAGS = frozenset({"--patch-tokenizer-type", "--extra-vocab-size"})

@@ -148,3 +148,13 @@ def test_no_flag_of_megatrons_own_test_lines_is_taken_for_a_typo() -> None:
     assert "--total-seq-length" in flags and len(flags) > 40
     torchrun = ["--nproc_per_node", "--nnodes", "--node_rank", "--master_addr", "--master_port"]
     assert [f for f in flags + torchrun if typo_of(f)] == []
+
+
+def test_the_multimodal_examples_own_flag_is_no_misspelling() -> None:
+    # examples/multimodal/multimodal_args.py:28 at d98e8a64 adds --dataloader-save (Energon's
+    # state path), which difflib finds alike to --dataloader-type; its lines are refused as
+    # multimodal training by name, not as a misspelling
+    from planner.inputs.megatron_flags import typo_of
+
+    assert typo_of("--dataloader-save") is None
+    assert typo_of("--dataloader_type") == "--dataloader-type"
