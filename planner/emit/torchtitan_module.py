@@ -119,8 +119,12 @@ DIFFERENCES = (
 )
 
 
-def _refuse(plan: Plan, field: str, why: str) -> InputError:
+def _refuse(plan: Plan, field: str, why: str, value: str | None = None) -> InputError:
+    """`FILE: field: torchtitan b5bcd76c <why>` ("has no ..."); with `value`, `FILE: field:
+    value: <why>`, the sentence naming torchtitan itself."""
     where = str(plan.path) if plan.path else "<plan>"
+    if value is not None:
+        return InputError(f"{where}: {field}: {value}: {why}")
     return InputError(f"{where}: {field}: torchtitan {HEAD_COMMIT[:8]} {why}")
 
 
@@ -178,18 +182,21 @@ def _checked(plan: Plan) -> tuple[Baseline, str, str]:
     if titan.float8_all_gather:
         raise _refuse(plan, "torchtitan.float8_all_gather", "has no FSDP float8 all-gather")
     if titan.float8_experts and lay.ep > 1 and lay.moe_token_dispatcher_type == "flex":
-        raise _refuse(plan, "torchtitan.float8_experts", f"true: {DEEPEP_GROUPED}")
+        raise _refuse(plan, "torchtitan.float8_experts", DEEPEP_GROUPED, "true")
     if job.precision not in ("bf16", "fp8"):
-        raise _refuse(plan, "training.precision", f"{job.precision}: not written for it")
+        why = f"planner writes torchtitan {HEAD_COMMIT[:8]}'s module for bf16 and fp8 only"
+        raise _refuse(plan, "training.precision", why, job.precision)
     if job.attention_kernel == "flash2":
         raise _refuse(plan, "training.attention_kernel", "runs no SDPA flash2 for LMs")
     if job.deterministic and titan.deterministic_fill:
         raise _refuse(
             plan,
             "torchtitan.deterministic_fill",
-            "true: its debug.deterministic turns PyTorch's NaN fill of empty tensors off "
-            "(distributed/utils.py:201-206, since da38566d), with no field to keep it: set "
-            "deterministic_fill = false, or write the TOML job config (launch --target torchtitan)",
+            f"torchtitan {HEAD_COMMIT[:8]}'s debug.deterministic turns PyTorch's NaN fill of "
+            "empty tensors off (distributed/utils.py:201-206, since da38566d) and no field keeps "
+            "it on: set deterministic_fill = false, or write the TOML job config (launch --target "
+            "torchtitan)",
+            "true with training.deterministic",
         )
     refused = module_refusal(plan, HEAD_COMMIT)
     if refused is not None:

@@ -17,7 +17,13 @@ from planner.inputs.megatron_args_memory import HASH_FLAG
 from planner.inputs.megatron_flags import megatron_flags
 from planner.inputs.megatron_layout import DISPATCHER_TEXT, LAYOUT_INT, PARALLEL_INT
 from planner.inputs.megatron_model import MODEL_INT
-from planner.inputs.nemo_keys import BY_MEGATRON_FLAG, PARALLEL, PARALLEL_SWITCHES, TRAINING
+from planner.inputs.nemo_keys import (
+    ARCH_KEYS,
+    BY_MEGATRON_FLAG,
+    PARALLEL,
+    PARALLEL_SWITCHES,
+    TRAINING,
+)
 
 READ_ONE_BY_ONE = {
     "training.seq_length": "--seq-length",
@@ -49,6 +55,7 @@ READ_ONE_BY_ONE = {
     "parallel.moe_flex_dispatcher_num_sms": "--moe-flex-dispatcher-num-sms",
     "parallel.wgrad_deferral_limit": "--wgrad-deferral-limit",
     "parallel.cp_comm_type": "--cp-comm-type",
+    "parallel.use_torch_fsdp2": "--use-torch-fsdp2",
 }
 """The plan fields Megatron-LM's reader fills from one flag each in code of its own
 (`megatron_training`, `megatron_layout`, `megatron_args_memory`), with that flag."""
@@ -56,9 +63,15 @@ READ_ONE_BY_ONE = {
 
 def _nemo_keys() -> dict[str, str]:
     """plan field -> the NeMo key that sets it (the last of several: the unified
-    moe_flex_dispatcher_num_sms, read last, wins as in Megatron)."""
+    moe_flex_dispatcher_num_sms, read last, wins as in Megatron); the model's fields too
+    (`nemo_keys.ARCH_KEYS`), but the vocabulary's, which --vocab-size or the tokenizer may set
+    (`nemo_args._vocabulary`), and the position table's length, model.config.seq_length
+    (`nemo_args._positions`)."""
     out = {f"parallel.{f}": k for k, f in {**PARALLEL, **PARALLEL_SWITCHES}.items()}
     out.update({f"training.{f}": k for k, f in TRAINING.items()})
+    vocab = ("vocab_size", "make_vocab_size_divisible_by")
+    out.update({f"model.{f}": k for k, f in ARCH_KEYS.items() if f not in vocab})
+    out["model.max_position_embeddings"] = "model.config.seq_length"
     return out
 
 
@@ -78,6 +91,8 @@ def flag_of_field() -> dict[str, str]:
     out.update({f"parallel.{f}": flag for flag, f in {**LAYOUT_INT, **DISPATCHER_TEXT}.items()})
     for field, key in KEY_OF_FIELD.items():  # model.config.<name>: Megatron-LM's --<name>
         flag = "--" + key.rpartition(".")[2].replace("_", "-")
+        if field.startswith("model."):  # Megatron-LM's model flags are MODEL_INT's
+            continue
         if key.startswith(BY_MEGATRON_FLAG) and flag in known:
             out.setdefault(field, flag)
     out.update(READ_ONE_BY_ONE)

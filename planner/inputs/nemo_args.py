@@ -20,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from planner.inputs import catalog
+from planner.inputs.arch import MAX_SIZE
 from planner.inputs.errors import InputError
 from planner.inputs.megatron_fields import KEY_OF_FIELD as KEY_OF_FIELD
 from planner.inputs.megatron_flags import megatron_flags
@@ -273,6 +274,8 @@ def _positions(line: NemoLine, recipe: Recipe, model: dict[str, Any], notes: lis
     seq = line.get(SEQ) if given else recipe.config_seq_length
     if isinstance(seq, bool) or not isinstance(seq, int) or seq < 1:
         raise line.fail(SEQ, "expected a positive integer (GPTConfig.seq_length)")
+    if seq > MAX_SIZE:  # the bound ModelArch puts on every field, here named by the line's key
+        raise line.fail(SEQ, f"must be at most 2^53 = {MAX_SIZE:,} (planner's bound on a size)")
     model["max_position_embeddings"] = seq
     if MAX_POSITIONS not in line.values:
         return given
@@ -283,8 +286,12 @@ def _positions(line: NemoLine, recipe: Recipe, model: dict[str, Any], notes: lis
             "max_position_embeddings); NeMo sizes the position table by model.config.seq_length "
             "(NeMo GPT model base.py:399)",
         )
+    own = line.get(MAX_POSITIONS)
+    if isinstance(own, bool) or not isinstance(own, int):
+        why = f"expected an integer (MixtralConfig's field is an int, {NEMO_SOURCE} mixtral.py:52)"
+        raise line.fail(MAX_POSITIONS, why)
     notes.append(
-        f"{MAX_POSITIONS}={line.get(MAX_POSITIONS)!r}: {recipe.config}'s own field "
+        f"{MAX_POSITIONS}={own!r}: {recipe.config}'s own field "
         f"(mixtral.py:52), read only by its Hugging Face conversion; NeMo builds the model from "
         f"{SEQ} ({seq})"
     )

@@ -165,6 +165,8 @@ DEFAULTS: Fields = {
     ("compile", "components"): ["model", "loss"],
     ("debug", "deterministic"): False,
     ("validator", "enable"): False,
+    ("validator", "freq"): 10,
+    ("validator", "steps"): -1,
     ("debug", "batch_invariant"): False,
     ("loss",): Record("BaseLoss.Config"),
     ("parallelism", "enable_sequence_parallel"): True,
@@ -186,7 +188,8 @@ DEFAULTS: Fields = {
 :133-290 (spmd_backend :172, enable_fsdp_symm_mem :160), training :43-51, compile :293-313
 (backend :304); the optimizer's implementation, components/optimizer/optimizer.py:109-111; the
 default activation checkpointing trainer.py:108-110; the checkpointer's, trainer.py:105-107;
-the loss's, trainer.py:116; CUDA graphs on, configs.py:75-85; the `UNMODELLED` ones,
+the loss's, trainer.py:116; the validator's enable, freq and steps, components/validate.py:81,
+:37, :84; CUDA graphs on, configs.py:75-85; the `UNMODELLED` ones,
 configs.py:70-209; forced load balance, :368), as benchmarks/data/torchtitan_head_config.md
 cites them; the records of the fields the plan does not read
 (`torchtitan_records.TRAINER_DEFAULT_RECORDS`), whose fields are checked by name."""
@@ -215,9 +218,11 @@ SECTION_CLASSES = {
     "parallelism": "ParallelismConfig",
     "compile": "CompileConfig",
     "debug": "DebugConfig",
+    "validator": "Validator.Config",
 }
 """The sections the reader reads field by field, and the class each is built by
-(torchtitan/config/configs.py at b5bcd76c; Trainer.Config's fields, trainer.py:69-116)."""
+(torchtitan/config/configs.py at b5bcd76c, the validator's components/validate.py:80-104;
+Trainer.Config's fields, trainer.py:69-116, validator :113)."""
 
 TRAINER_FIELDS = frozenset(
     [

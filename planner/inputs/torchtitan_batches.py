@@ -11,7 +11,8 @@ num_pp_microbatches of them run through one `pp_schedule.eval` (validate.py:230-
 under torch.no_grad (validate.py:212). That is the e347b1e5 TOML's `[validation] enable` with
 local_batch_size the training's per-rank schedule batch and seq_len the context length, which
 `planner.model.titan_validation` counts; its `freq` and `steps` decide how often and how long it
-runs, not what it holds."""
+runs, not what it holds (each checked as Validator.Config.__post_init__ checks it,
+validate.py:40-43 and :102-104: a record built with freq=0 raises there)."""
 
 from __future__ import annotations
 
@@ -37,11 +38,16 @@ def batch_tables(where: str, need: Need, par: dict[str, Any]) -> dict[str, Any]:
     seq = need(("training", "max_context_length"), int)
     step = need(("training", "num_tokens_per_train_step"), int)
     count = need(("parallelism", "num_pp_microbatches"), int)
-    for field, value, ok, why in (  # TrainingConfig.__post_init__, Trainer.Config's
+    freq = need(("validator", "freq"), int)
+    steps = need(("validator", "steps"), int)
+    for field, value, ok, why in (  # TrainingConfig.__post_init__, Trainer.Config's, and
+        # Validator.Config's (BaseValidator.Config's freq check first), enabled or not
         ("training.num_tokens_per_microbatch_per_dp_rank", tokens, tokens > 0, "configs.py:55"),
         ("training.num_tokens_per_train_step", step, step == -1 or step > 0, "configs.py:59"),
         ("training.max_context_length", seq, seq > 0, "configs.py:61"),
         ("parallelism.num_pp_microbatches", count, count > 0, "trainer.py:124-128"),
+        ("validator.freq", freq, freq > 0, "components/validate.py:40-43"),
+        ("validator.steps", steps, steps == -1 or steps > 0, "components/validate.py:102-104"),
     ):
         if not ok:
             raise InputError(

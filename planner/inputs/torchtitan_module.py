@@ -215,7 +215,7 @@ class Reader(Expressions):
         keyword arguments are fields of its class (`_known_keywords`)."""
         cls = SECTION_CLASSES.get(section)
         if cls is not None and not (
-            isinstance(value, Record) and value.callee.split(".")[-1] == cls
+            isinstance(value, Record) and f".{value.callee}".endswith(f".{cls}")
         ):
             raise self.fail(
                 node,

@@ -42,8 +42,12 @@ def test_the_toml_target_writes_only_the_filling_era(tmp_path: Path) -> None:
 
 
 def test_the_module_target_writes_only_the_unfilled_era(tmp_path: Path) -> None:
-    with pytest.raises(InputError, match=r"torchtitan\.deterministic_fill: torchtitan b5bcd76c"):
+    # a sentence naming the field, its value and why: b5bcd76c turns the fill off
+    with pytest.raises(InputError) as info:
         launch(_plan(tmp_path, True), "torchtitan-module")
+    said = str(info.value)
+    assert ": torchtitan.deterministic_fill: true with training.deterministic: torchtitan " in said
+    assert "b5bcd76c's debug.deterministic turns PyTorch's NaN fill of empty tensors off" in said
     text = launch(_plan(tmp_path, False), "torchtitan-module").text
     assert "config.debug.deterministic = True" in text
 

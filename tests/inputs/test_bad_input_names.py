@@ -15,6 +15,7 @@ import pytest
 from cli_run import run
 from plan_text import write
 
+from planner.inputs.arch import ModelArch
 from planner.inputs.errors import is_section
 from planner.inputs.megatron_fields import KEY_OF_FIELD, flag_of_field
 from planner.inputs.megatron_flags import megatron_flags
@@ -157,6 +158,10 @@ def test_a_megatron_line_error_names_its_flag(
             "model.config.activation_offload_fraction (parallel.activation_offload_fraction): "
             "Input should be less than or equal to 1 (got 1.5)",
         ),
+        (  # a model field: ModelArch.ffn_hidden_size is a PositiveInt (arch_fields.py)
+            "model.config.ffn_hidden_size=-5",
+            "model.config.ffn_hidden_size (model.ffn_hidden_size): Input should be greater than 0",
+        ),
     ],
 )
 def test_a_nemo_line_error_names_its_key(
@@ -185,7 +190,8 @@ def test_the_name_tables_hold_real_flags_keys_and_fields() -> None:
         assert flag in flags, (field, flag)
         assert field.startswith("model.") or field in fields, field
     for field, key in KEY_OF_FIELD.items():
-        assert key in KNOWN and field in fields, (field, key)
+        model_field = field.startswith("model.") and field[6:] in ModelArch.model_fields
+        assert key in KNOWN and (model_field or field in fields), (field, key)
     for field in TOML_KEY_OF_FIELD:
         assert field in fields, field
     assert len(flag_of) > 60  # 9 on a18f1ea (megatron_line.FLAG_OF_FIELD)

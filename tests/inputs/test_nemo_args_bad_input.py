@@ -125,3 +125,39 @@ def test_values_of_the_wrong_kind_are_named(overrides: str, needle: str) -> None
 def test_what_nemo_run_does_with_a_word_planner_dropped(extra: str, says: str) -> None:
     with pytest.raises(InputError, match=re.escape(says)):
         read(f"{HEAD}{extra}")
+
+
+def test_a_position_table_past_the_bound_names_seq_length() -> None:
+    # NeMo sizes the table by model.config.seq_length (NeMo GPT model base.py:399); planner's
+    # bound on every size is 2^53 = 9,007,199,254,740,992 (arch.MAX_SIZE): the line's key is
+    # named, not the plan's max_position_embeddings, which the line does not hold
+    for value in ("1000000000000000000000", "9007199254740996"):
+        with pytest.raises(InputError) as info:
+            read(f"{HEAD}model.config.seq_length={value}")
+        assert f"model.config.seq_length={value}: must be at most 2^53" in str(info.value)
+        assert "max_position_embeddings" not in str(info.value)
+    assert (
+        read(f"{HEAD}model.config.seq_length=8192").doc["model"]["max_position_embeddings"] == 8192
+    )
+
+
+def test_mixtrals_own_max_position_embeddings_must_be_an_int() -> None:
+    # MixtralConfig.max_position_embeddings: int = 4096 (NeMo 8cfedd72 GPT model mixtral.py:52):
+    # NeMo-Run parses the value by that annotation, so a word is refused, an int only noted
+    line = "nemo llm pretrain -y --factory mixtral_8x7b model.config.max_position_embeddings="
+    with pytest.raises(InputError, match=r"max_position_embeddings='abc': expected an integer"):
+        read(line + "abc", 64)
+    notes = read(line + "65536", 64).notes
+    assert any("max_position_embeddings=65536" in n for n in notes)
+
+
+def test_a_models_field_is_named_by_the_lines_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # ModelArch refuses num_layers "abc" (an int field); the line wrote model.config.num_layers,
+    # which the error names beside the plan field, as it names trainer.strategy.* keys
+    path = tmp_path / "run.sh"
+    path.write_text(HEAD + "model.config.num_layers=abc\n")
+    argv = ["check", "--megatron-args", str(path), "--gpu", "h100-sxm-80gb", "--num-gpus", "8"]
+    code, _, err = run(argv, capsys)
+    assert code == 2 and "model.config.num_layers (model.num_layers): " in err

@@ -11,17 +11,22 @@ from planner.search.rules.base import Violation
 
 
 def overlap_connections(job: Job, lay: Layout) -> Violation | None:
-    """validate_args: TP or CP with the EP overlap or Megatron-FSDP before Blackwell would want
+    """validate_args: TP or CP with the EP overlap or an FSDP before Blackwell would want
     CUDA_DEVICE_MAX_CONNECTIONS=1 and the overlap wants more; it warns and runs (planner launches
-    it with 32)."""
+    it with 32). The FSDP named as Megatron-LM names it (Megatron-LM d98e8a64
+    arguments.py:1456-1457: Torch-FSDP2 under --use-torch-fsdp2, else Megatron-FSDP)."""
     if not (lay.tp > 1 or lay.cp > 1) or not job.cluster.gpu.needs_one_device_connection:
         return None
-    what = "ep_comm_overlap" if lay.ep_comm_overlap else "Megatron-FSDP (zero_stage >= 2)"
     if not (lay.ep_comm_overlap or lay.zero_stage >= 2):
         return None
+    field, what = "parallel.zero_stage", "Megatron-FSDP (zero_stage >= 2)"
+    if lay.use_torch_fsdp2:
+        field, what = "parallel.use_torch_fsdp2", "Torch-FSDP2 (use_torch_fsdp2)"
+    if lay.ep_comm_overlap:
+        field, what = "parallel.ep_comm_overlap", "ep_comm_overlap"
     return Violation(
         "connections",
-        "parallel.ep_comm_overlap" if lay.ep_comm_overlap else "parallel.zero_stage",
+        field,
         f"Megatron warns: {what} with tp ({lay.tp}) or cp ({lay.cp}) > 1 on "
         f"{job.cluster.gpu.name}: TP/CP prefer CUDA_DEVICE_MAX_CONNECTIONS=1, the overlap more "
         "(launched with 32)",
@@ -48,8 +53,9 @@ def core_attention(job: Job, lay: Layout) -> Violation | None:
 def fsdp_untested(job: Job, lay: Layout) -> Violation | None:
     """Megatron-FSDP (v1) has no assert against pipeline or context parallelism, but none of
     Megatron-LM's functional tests runs it with them: said, not refused (the search does not
-    propose it)."""
-    if lay.zero_stage >= 2 and (lay.pp > 1 or lay.cp > 1):
+    propose it). Not under torch FSDP2 (`use_torch_fsdp2`, pp 1 by its own rule), which this
+    claim is not about."""
+    if lay.zero_stage >= 2 and (lay.pp > 1 or lay.cp > 1) and not lay.use_torch_fsdp2:
         return Violation(
             "fsdp_untested",
             "parallel.zero_stage",

@@ -19,6 +19,13 @@ def muon(job: Job, lay: Layout) -> Violation | None:
         return Violation(
             "muon", "training.optimizer", "optimizer = muon is planned for Megatron-LM only"
         )
+    if lay.use_torch_fsdp2:  # arguments.py:1739 @d98e8a64, as the next for Megatron-FSDP
+        return Violation(
+            "muon",
+            "parallel.use_torch_fsdp2",
+            "optimizer = muon does not run with Torch-FSDP2 (Megatron's validate_args "
+            "asserts): drop use_torch_fsdp2 and use zero_stage 0 or 1",
+        )
     if lay.zero_stage >= 2:
         return Violation(
             "muon",

@@ -58,7 +58,11 @@ def _refused(job: Job, lay: Layout) -> str | None:
             "runs it with the distributed optimizer only (optimizer/__init__.py:1057-1060), "
             "which FSDP2 refuses",
         ),
-        (job.optimizer == "muon", "optimizer muon: not supported (arguments.py:1739)"),
+        (
+            job.optimizer == "muon",
+            "optimizer muon: validate_args asserts an emerging optimizer runs without "
+            "Torch-FSDP2 (arguments.py:1739)",
+        ),
         (
             not job.arch.untie_embeddings_and_output_weights,
             "the model ties its embedding and output weights (arguments.py:1044-1045 asserts "
