@@ -37,10 +37,12 @@ def _check(tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: str) -> tu
 def test_muon_beside_torch_fsdp2_names_the_flag(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    # the reader refuses it first, as validate_args does (arguments.py:1726-1739): an emerging
+    # optimizer beside --use-torch-fsdp2, named by its flags
     code, err = _check(tmp_path, capsys, "--optimizer dist_muon")
     assert code == 2
-    assert "--use-torch-fsdp2 (parallel.use_torch_fsdp2): true, but optimizer muon" in err
-    assert "Torch-FSDP2 (arguments.py:1739)" in err
+    assert "--optimizer: dist_muon: an emerging optimizer" in err
+    assert "--use-torch-fsdp2" in err
     assert "Megatron-FSDP" not in err  # the line runs no Megatron-FSDP
 
 
