@@ -18,6 +18,7 @@ from planner.cli.report import host_dict, job_dict, layout_dict, memory_dict, pe
 from planner.inputs import plan_writer
 from planner.inputs.errors import EXIT_NO, InputError
 from planner.inputs.plan import Job
+from planner.inputs.units import MIB, against, over
 from planner.model import host_memory
 from planner.ops.assumptions import OpsParams
 from planner.ops.operations import operations
@@ -105,7 +106,7 @@ def run(
         elif near is not None:  # the binding constraint: which stage, which pool, by how much
             pool = job.pools[near.pool]
             msg += (
-                f"; the closest, {near.layout.describe()}, needs {near.over_mib / 1024:.1f} GiB "
+                f"; the closest, {near.layout.describe()}, needs {over(near.over_mib * MIB)} "
                 f"more on stage {near.stage} (pool {pool.name!r}, {pool.cluster.gpu.name}) than "
                 f"its {near.capacity_mib / 1024:.1f} GiB usable"
             )
@@ -141,7 +142,7 @@ def run(
             f"{p.performance.step_time_s:.3f}",
             f"{p.performance.tokens_per_s_per_gpu:,.0f}",
             "-" if usd is None else f"{usd:.3f}",
-            f"{p.memory.peak / 2**30:.1f}/{p.memory.capacity / 2**30:.1f}",
+            "/".join(against(p.memory.peak, p.memory.capacity)),
         )
     out.print(t)
     for line in folded_lines(res.twins):

@@ -36,14 +36,20 @@ def gib(nbytes: float) -> str:
     return units.gib_text(nbytes)
 
 
-def capacity_text(rep: MemoryReport) -> str:
-    """'77.3 GiB (79.6 less 3% headroom)': the usable memory and where it comes from."""
-    return f"{gib(rep.capacity)} GiB ({gib(rep.physical)} less {rep.headroom_pct:g}% headroom)"
+def capacity_text(rep: MemoryReport, usable: str | None = None) -> str:
+    """'77.3 GiB (79.6 less 3% headroom)': the usable memory and where it comes from; `usable`,
+    the usable GiB as written beside a peak (`units.against`), else to one place."""
+    usable = usable or gib(rep.capacity)
+    return f"{usable} GiB ({gib(rep.physical)} less {rep.headroom_pct:g}% headroom)"
 
 
 def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
-    """Per-stage memory; with `perf` (explain) also each stage's time per micro-batch."""
-    title = f"Memory per GPU (GiB), capacity {capacity_text(rep)}"
+    """Per-stage memory; with `perf` (explain) also each stage's time per micro-batch. Each
+    stage's total and its capacity (the title's, or with pools its row's) are written with
+    `units.against`, as the verdict writes the peak: a stage 10 MiB over never reads as its
+    capacity (61.90 of 61.89 GiB, not 61.9 of 61.9)."""
+    cap = against(rep.peak, rep.capacity)[1]
+    title = f"Memory per GPU (GiB), capacity {capacity_text(rep, cap)}"
     timed = perf is not None and len(perf.stages) == len(rep.stages)
     t = Table(title=title + ("; time per micro-batch (ms)" if timed else ""))
     cols = ["stage", "layers", "weights", "grads", "optimizer", "activations", "other", "total"]
@@ -66,7 +72,7 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
         t.caption = f"{t.caption}; {said}" if t.caption else said
     pooled = any(st.pool for st in rep.stages)  # heterogeneous pools: each stage's pool and GPU
     if pooled:
-        t.title = title.replace(capacity_text(rep), "per stage's GPU, less headroom") + (
+        t.title = title.replace(capacity_text(rep, cap), "per stage's GPU, less headroom") + (
             "; time per micro-batch (ms)" if timed else ""
         )
         cols[1:1] = ["pool", "gpu", "capacity"]
@@ -77,13 +83,14 @@ def memory_table(rep: MemoryReport, perf: Performance | None = None) -> Table:
         mark = " <- worst" if st.stage == worst else ""
         style = "bold red" if st.stage == worst and not rep.fits else None
         cells = [f"{st.stage}{mark}", str(st.layers)]
+        total, room = against(st.total, rep.room(st))
         if pooled:
-            cells[1:1] = [st.pool, st.gpu, gib(rep.room(st))]
+            cells[1:1] = [st.pool, st.gpu, room]
         parts = [st.weights, st.grads, st.optimizer, st.activations]
         parts += [st.grad_copy] if copies else []
         parts += [st.validation] if validated else []
         cells += [gib(v) for v in [*parts, st.other]]
-        cells.append(gib(st.total) + ("*" if st.at_step else "+" if st.at_validation else ""))
+        cells.append(total + ("*" if st.at_step else "+" if st.at_validation else ""))
         if timed and perf is not None:
             fwd, bwd = perf.stages[st.stage]
             cells += [f"{1e3 * fwd:,.1f}", f"{1e3 * bwd:,.1f}"]
@@ -181,7 +188,8 @@ def print_changes(
 
 
 def _saving(c: Change) -> str:
-    return f"{gib(c.saves)} GiB" + (" of host memory" if c.memory == "host" else "")
+    """What a change saves: GiB to one place, MiB below 0.05 GiB (`units.over`: never "0.0")."""
+    return over(c.saves) + (" of host memory" if c.memory == "host" else "")
 
 
 def _ms(seconds: float) -> str:

@@ -41,6 +41,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import MODELS, zoo_flavor
 from planner.inputs.torchtitan_era import python_config_era
+from planner.model.torch_schedules import schedule_microbatches
 
 Backend = Literal["sdpa", "flex", "varlen"]
 
@@ -89,10 +90,13 @@ def block_mask_bytes(job: Job, layout: Layout) -> float:
     full_kv_indices [B, H, rows, cols], and their transposes for the backward, q_num_blocks,
     full_q_num_blocks [B, H, cols] and q_indices, full_q_indices [B, H, cols, rows]), with rows =
     cols = ceil(L / 128) tiles: 4 x 4 bytes x B x H x (n^2 + n). torchtitan builds it once per
-    step's forward-backward for the whole local batch (e347b1e5 train.py:457-466, forwarded to
-    every pipeline stage; b5bcd76c models common decoder.py:301-320), H = 1 (head-independent):
-    - e347b1e5: L = seq, B = the batch (micro-batch x the schedule's micro-batches under PP) for a
-      per-document mask, 1 for a causal one (`BLOCK_CAUSAL_MODELS`);
+    forward-backward for its whole batch (e347b1e5 train.py:457-466, forwarded to every pipeline
+    stage; b5bcd76c models common decoder.py:301-320), H = 1 (head-independent). Under gradient
+    accumulation a step runs k forward-backwards one after another (e347b1e5 train.py:561-584),
+    each over one pipeline schedule's batch, so a rank holds one schedule's masks at a time:
+    - e347b1e5: L = seq, B = the batch (micro-batch x one schedule's micro-batches under PP,
+      `torch_schedules.schedule_microbatches`: the step's over k) for a per-document mask, 1 for
+      a causal one (`BLOCK_CAUSAL_MODELS`);
     - b5bcd76c: B = 1 over the packed tokens, L = that batch x seq.
     gpt-oss builds two (its windowed layers' and its full ones'). At seq 4,096 and one sample:
     n = 32, 16 x (1,024 + 32) = 16,896 bytes; at 131,072: n = 1,024, about 16 MiB."""
@@ -102,8 +106,8 @@ def block_mask_bytes(job: Job, layout: Layout) -> float:
     assert zoo is not None  # backend: a flavor's
     name = MODELS[zoo][0]
     samples = layout.micro_batch_size
-    if layout.pp > 1:
-        samples *= layout.num_microbatches(job.global_batch_size)
+    if layout.pp > 1:  # one schedule's micro-batches: the batch of one of k accumulation steps
+        samples *= schedule_microbatches(job, layout)
     if module_era(job, layout):
         batch, length = 1, samples * job.seq_length
     else:

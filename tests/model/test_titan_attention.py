@@ -19,7 +19,7 @@ from jobs import job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import TorchtitanSection
-from planner.model import known_gaps, memory, titan_attention
+from planner.model import known_gaps, memory, titan_accumulation, titan_attention
 
 
 def _titan(model: str, seq: int = 4096, **titan: object) -> Job:
@@ -68,8 +68,8 @@ def test_the_block_mask_by_hand() -> None:
     # = 32 tiles; 8 int32 tensors, 4 of n^2 and 4 of n: 4 x 4 x (1,024 + 32) = 16,896 bytes
     ds = _titan("deepseek-v3")
     assert titan_attention.block_mask_bytes(ds, ONE) == 16_896
-    # micro-batch 2 under PP 2 with 4 micro-batches a schedule (global 8 / dp 1 / mbs 2): the
-    # step's batch is 8 samples, one per-document mask each: 8 x 16,896 = 135,168
+    # micro-batch 2 under PP 2, one micro-batch a schedule: the schedule's batch is 2 samples,
+    # one per-document mask each: 2 x 16,896 = 33,792
     pp = Layout(pp=2, dp=4, micro_batch_size=2, zero_stage=3)
     assert pp.num_microbatches(8) == 1  # global 8 over dp 4 x mbs 2: one micro-batch a rank
     assert titan_attention.block_mask_bytes(ds, pp) == 2 * 16_896
@@ -80,6 +80,27 @@ def test_the_block_mask_by_hand() -> None:
     assert titan_attention.block_mask_bytes(ll, two) == 264_192
     # SDPA keeps none
     assert titan_attention.block_mask_bytes(_titan("llama3.1-8b"), ONE) == 0.0
+
+
+def test_the_mask_is_one_accumulation_steps_on_the_raw_job_as_on_its_sub_job() -> None:
+    # DeepSeek-V3 at e347b1e5, seq 4096, global batch 8, PP 2 x DP 4, micro-batch 1, k = 2
+    # gradient accumulation steps: train.py:561-584 runs k forward-backwards one after another,
+    # each building its masks (train.py:463) over its own batch of one schedule: 8 / (4 x 1) = 2
+    # micro-batches a step, 2 / k = 1 a schedule, B = 1 sample: 16,896 bytes (n = 32, as above),
+    # not the step's 2 samples' 33,792
+    ds = _titan("deepseek-v3", gradient_accumulation_steps=2)
+    lay = Layout(pp=2, dp=4, zero_stage=3)
+    assert lay.num_microbatches(8) == 2  # the step's, both schedules'
+    sub = titan_accumulation.sub_job(ds)
+    assert sub is not ds and sub.global_batch_size == 4  # one schedule's job
+    assert titan_attention.block_mask_bytes(ds, lay) == 16_896
+    assert titan_attention.block_mask_bytes(ds, lay) == titan_attention.block_mask_bytes(sub, lay)
+    # b5bcd76c (loss_chunks 8, the module's era): one mask of B = 1 over one schedule's packed
+    # tokens, 1 x 4096: n = 32, 16,896 bytes on the raw job and the sub-job alike
+    mod = _titan("deepseek-v3", gradient_accumulation_steps=2, loss_chunks=8)
+    assert titan_attention.block_mask_bytes(mod, lay) == 16_896
+    modsub = titan_accumulation.sub_job(mod)
+    assert titan_attention.block_mask_bytes(modsub, lay) == 16_896
 
 
 def test_the_mask_is_in_the_ranks_memory_and_flex_is_flagged_optimistic() -> None:
