@@ -11,7 +11,8 @@ schedule's without its p2p overlap; `flex_settings` the flex dispatcher's SM
 count, HybridEP's budget and the paged stash; `save_original` where Transformer Engine refuses
 Megatron's save_original_input; `hybrid` those of a hybrid Mamba stack; `gdn` those
 of gated delta nets; `dsa` those of DeepSeek sparse attention;
-`torch_fsdp2` those of Megatron-LM's torch FSDP2; `torchtitan` what torchtitan runs (plans
+`torch_fsdp2` those of Megatron-LM's torch FSDP2; `fsdp_pool` Megatron-FSDP's double buffer on a
+model chunk without units; `torchtitan` what torchtitan runs (plans
 with framework = "torchtitan"). `violations` runs every
 rule (the search uses it to prune and to count rejections per rule); `check_plan` turns a plan's
 into one InputError; `warnings` lists what Megatron would warn about, which commands report
@@ -40,6 +41,7 @@ from planner.search.rules.features import expert_overlap as feature_expert_overl
 from planner.search.rules.features import flex_runs, recompute_allows_overlap
 from planner.search.rules.flex_groups import flex_group
 from planner.search.rules.flex_settings import RULES as FLEX_SETTINGS_RULES
+from planner.search.rules.fsdp_pool import fsdp_pool
 from planner.search.rules.fused_mlp import RULES as FUSED_MLP_RULES
 from planner.search.rules.fused_mlp import fused_mlp_etp
 from planner.search.rules.gdn import RULES as GDN_RULES
@@ -116,6 +118,7 @@ RULES: tuple[Rule, ...] = (
     experts,
     tp_pp_dp_order,
     torch_fsdp2,
+    fsdp_pool,
     context,
     context_attention,
     context_exchange,
