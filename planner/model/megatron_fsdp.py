@@ -69,8 +69,15 @@ from planner.model.megatron_fsdp_bytes import (
     grad_prices,
     sharded,
 )
-from planner.model.megatron_fsdp_pool import cost, max_pools, pool, running, shape
-from planner.model.megatron_fsdp_pool import double_buffered as pool_bytes
+from planner.model.megatron_fsdp_pool import (
+    apart,
+    cost,
+    fixed_pools,
+    max_pools,
+    pool,
+    running,
+    shape,
+)
 from planner.model.schedule import Chunks
 from planner.model.stage_params import edge_params
 
@@ -149,14 +156,6 @@ def window(groups: list[Priced], prefetch: float) -> float:
         size += g
         held += b
     return held
-
-
-def gathered(units: list[Unit], prefetch: float) -> tuple[float, list[float]]:
-    """Unit parameters (elements) gathered without double buffering: the most at once in a
-    forward, and at each unit's backward (its window the groups below it, expert before dense),
-    by unit."""
-    fwd, back = unit_windows(units, prefetch)
-    return max(fwd, default=0.0), back
 
 
 def _priced(unit: Unit, price: Pair) -> tuple[Priced, Priced]:
@@ -284,7 +283,8 @@ def profile_and_resident(
     h, n = job.arch.hidden_size, job.optimizer_instances  # HSDP shards over dp / instances
     dense_group = layout.dense_dp // n
     out: list[tuple[Moment, ...]] = []
-    most = max_pools(per_chunk, prices) if layout.fsdp_max_pool else 0.0
+    if layout.fsdp_double_buffer:  # the pools every chunk's allocator grows, held all step
+        pools = (max_pools if layout.fsdp_max_pool else fixed_pools)(per_chunk, prices)
     for c, units in enumerate(per_chunk):
         head = first if c == 0 else 0.0
         tail = last if c == len(per_chunk) - 1 else 0.0
@@ -296,11 +296,9 @@ def profile_and_resident(
         split = bucket is not None and not (head and tail and head < bucket)
         held = head + tail if tail and not split else 0.0
         if layout.fsdp_double_buffer:
-            alive = (held or max(head, tail)) * edge + running(units, prices[c])
-            if layout.fsdp_max_pool:
-                alive += most
-            else:
-                alive += pool_bytes(units, prices[c], "grad") + pool_bytes(units, prices[c], "pool")
+            alive = (held or max(head, tail)) * edge + running(units, prices[c]) + pools
+            if not layout.fsdp_max_pool:  # the fixed pool's backup allocator
+                alive += apart(units, prices[c], "grad") + apart(units, prices[c], "pool")
             out.append(((None, alive),))
             continue
         size = unit_size(job, layout, raw[c], total)
@@ -348,10 +346,7 @@ def step_bytes(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     if layout.fsdp_double_buffer and layout.fsdp_max_pool:
         return max_pools(per_chunk, prices)
     if layout.fsdp_double_buffer:
-        held = 0.0
-        for field in ("grad", "pool"):
-            two = (2 * pool(u, p, field)[1] for u, p in zip(per_chunk, prices, strict=True))
-            held += max(two, default=0.0)
+        held = fixed_pools(per_chunk, prices)
         for c, (units, p) in enumerate(zip(per_chunk, prices, strict=True)):
             # the gather and its prefetch: two units, none after the embedding's
             lead = list(zip(units, p, strict=True))[: 0 if c == 0 and first else 2]

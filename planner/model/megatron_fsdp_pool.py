@@ -2,8 +2,8 @@
 (pgb: megatron/core/distributed/fsdp/src/megatron_fsdp/param_and_grad_buffer.py): an allocator
 for the gathered parameters (with one for the MXFP8 transposes) and one for the gradient buckets
 (pgb:2524-2576), each of two buffers (UB_BUFFER_NUM, :2526), kept once allocated. The
-FixedPoolAllocator (`double_buffered`) pools the most numerous group of units with equal buckets
-and leaves the other units to the backup allocator; the MaxPoolAllocator
+FixedPoolAllocator (`pool`, `fixed_pools`, `apart`) pools the most numerous group of units with
+equal buckets and leaves the other units to the backup allocator; the MaxPoolAllocator
 (--megatron-fsdp-max-pool-double-buffer, `Layout.fsdp_max_pool`: pgb:2528-2532) pools every unit
 (`max_pooled`). Bytes by group: `megatron_fsdp_bytes.Price`; `megatron_fsdp` places the pools in
 the step."""
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 
-from planner.model.megatron_fsdp_bytes import ELEMENTS, Pair, Price, Unit
+from planner.model.megatron_fsdp_bytes import Pair, Price, Unit
 
 Shape = tuple[tuple[float, float], ...]
 """A unit's buckets' (size, bytes an element), the empty ones left out (`shape`)."""
@@ -44,28 +44,38 @@ def pool(units: list[Unit], prices: Sequence[Price], field: str) -> tuple[Shape 
     return most, shapes[most][0]
 
 
-def double_buffered(
-    units: list[Unit], prices: Sequence[Price] | None = None, field: str = "grad"
-) -> float:
-    """Bytes of the `field` buffers (`Price`'s "grad" or "pool"; elements without `prices`)
-    alive at once under double buffering: the fixed pool's two buffers of the most numerous
-    group of units whose buckets are equal in number, size and dtype (FixedPoolAllocator,
-    pgb:676-698: the first such group in unit order where counts tie; `_is_two_bucket_group_equal`,
-    :742-754), kept once allocated (:855-860), and beside it the units outside that group,
-    allocated apart by the backup allocator (:842-848): two of the largest of them at most, as
-    the prefetch and the queue stop at two units (pgb:4420-4432, :3956-3978). A bucket that is
-    not distributed never asks the pool (`megatron_fsdp_bytes`), so its share is never
-    allocated: its bytes are 0."""
-    p = prices if prices is not None else [ELEMENTS] * len(units)
-    pooled_shape, pooled = pool(units, p, field)
+def apart(units: list[Unit], prices: Sequence[Price], field: str) -> float:
+    """Bytes of the `field` buffers (`Price`'s "grad" or "pool") the backup allocator holds
+    beside the fixed pool (`fixed_pools`) for one chunk's units (pgb:842-848): the units outside
+    the pooled group (`pool`), two of the largest at most, as the prefetch and the queue stop
+    at two units (pgb:4420-4432, :3956-3978). A bucket that is not distributed never asks the
+    pool or the backup allocator (`megatron_fsdp_bytes`): its bytes are 0."""
+    pooled_shape = pool(units, prices, field)[0]
     if pooled_shape is None:
         return 0.0
-    apart = [
+    outside = [
         cost(u, getattr(q, field))
-        for u, q in zip(units, p, strict=True)
+        for u, q in zip(units, prices, strict=True)
         if shape(u, getattr(q, field)) != pooled_shape
     ]
-    return 2 * pooled + sum(sorted(apart, reverse=True)[:2])
+    return sum(sorted(outside, reverse=True)[:2])
+
+
+def fixed_pools(per_chunk: Sequence[list[Unit]], prices: Sequence[Sequence[Price]]) -> float:
+    """Bytes of the FixedPoolAllocator's gradient and parameter pools on one GPU, held all step
+    once grown: every model chunk's allocator names the same two buffers per dtype in the one
+    global memory buffer (pgb:855-863, utils.py:777-795), so each grows to the largest pooled
+    unit of any chunk in that dtype (a chunk's pooled shape's bytes an element)."""
+    total = 0.0
+    for field in ("grad", "pool"):
+        top: dict[tuple[float, ...], float] = {}
+        for units, p in zip(per_chunk, prices, strict=True):
+            pooled_shape, one = pool(units, p, field)
+            if pooled_shape is not None:
+                key = tuple(b for _, b in pooled_shape)
+                top[key] = max(top.get(key, 0.0), 2 * one)
+        total += sum(top.values())
+    return total
 
 
 def running(units: list[Unit], prices: Sequence[Price]) -> float:

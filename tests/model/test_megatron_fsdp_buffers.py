@@ -26,6 +26,7 @@ from planner.inputs import megatron_args
 from planner.inputs.errors import InputError
 from planner.inputs.plan import parse_plan
 from planner.model import buffers, fsdp2, megatron_fsdp, megatron_fsdp_pool, memory
+from planner.model.megatron_fsdp_bytes import ELEMENTS
 from planner.model.rank_states import rank_state, step_bytes
 from planner.model.stage_activations import per_layer, shard
 
@@ -37,6 +38,21 @@ from planner.model.stage_activations import per_layer, shard
 U, OUT, NORM = 218_112_000, 525_336_576, 4_096
 TAIL, EMB = OUT + NORM, OUT
 U_PAD, TAIL_PAD = 6_657 * 32_768, 16_033 * 32_768
+
+
+def _gathered(units: list, prefetch: float) -> tuple[float, list[float]]:
+    """Unit elements gathered without double buffering: the most at once in a forward, and at
+    each unit's backward (`megatron_fsdp.unit_windows` counting elements)."""
+    fwd, back = megatron_fsdp.unit_windows(units, prefetch)
+    return max(fwd, default=0.0), back
+
+
+def _double_buffered(units: list) -> float:
+    """One chunk's fixed pool and its backup allocator's units, in elements (`pool` + `apart`)."""
+    prices = [ELEMENTS] * len(units)
+    return 2 * megatron_fsdp_pool.pool(units, prices, "grad")[1] + megatron_fsdp_pool.apart(
+        units, prices, "grad"
+    )
 
 
 def _llama8b(**parallel: object) -> tuple:
@@ -74,7 +90,7 @@ def test_llama8b_zero3_window_queue_and_outside_units() -> None:
     assert transient == pytest.approx((TAIL_PAD + 4 * U_PAD) * 2 + 4 * U_PAD * 2)
     assert cache == pytest.approx((EMB + TAIL) * 2)
     # the rule's pieces on the units alone: 4 gathered, 6 gradient buckets at the steady state
-    fwd, back = megatron_fsdp.gathered([(U, 0.0)] * 32, 5e8)
+    fwd, back = _gathered([(U, 0.0)] * 32, 5e8)
     assert (fwd, back[16], back[2]) == pytest.approx((4 * U, 4 * U, 3 * U))
     steps = megatron_fsdp.backward_steps([(U, 0.0)] * 32, 0.0, 0.0)
     assert max(megatron_fsdp.queue_alive(steps, 1e9)) == pytest.approx(6 * U)
@@ -178,7 +194,7 @@ def test_explicit_unit_size_is_taken_as_it_is() -> None:
     pops, so 4 queued + own = 5U alive at the steady state."""
     job, lay, _ = _llama8b(suggested_communication_unit_size=800_000_000)
     assert megatron_fsdp.unit_size(job, lay, [(U, 0.0)] * 32, 0) == 8e8
-    assert megatron_fsdp.gathered([(U, 0.0)] * 32, 4e8)[0] == pytest.approx(3 * U)
+    assert _gathered([(U, 0.0)] * 32, 4e8)[0] == pytest.approx(3 * U)
     steps = megatron_fsdp.backward_steps([(U, 0.0)] * 32, 0.0, 0.0)
     assert max(megatron_fsdp.queue_alive(steps, 8e8)) == pytest.approx(5 * U)
 
@@ -241,7 +257,7 @@ def test_queue_and_window_against_brute_force(seed: int) -> None:
     assert max(megatron_fsdp.queue_alive(steps, capacity)) == pytest.approx(
         _brute_queue(units, capacity)
     )
-    fwd, _ = megatron_fsdp.gathered(units, capacity // 2)
+    fwd, _ = _gathered(units, capacity // 2)
     assert fwd == pytest.approx(_brute_window(units, capacity // 2))
 
 
@@ -304,13 +320,13 @@ def test_the_double_buffer_pool_takes_the_most_numerous_shape() -> None:
     # (:842-848), two at most beside the pool (the prefetch and the queue stop at two units).
     # DeepSeek-V2-Lite's shape: one dense layer of 81 beside 26 MoE layers of (31, 34): the
     # pool is two MoE units and the dense layer sits beside it: 2 x (31 + 34) + 81 = 211
-    assert megatron_fsdp_pool.double_buffered([(81.0, 0.0)] + 26 * [(31.0, 34.0)]) == 211.0
+    assert _double_buffered([(81.0, 0.0)] + 26 * [(31.0, 34.0)]) == 211.0
     # three dense layers of 50 beside 58 MoE layers of (20, 30): 2 x 50 + 2 x 50 = 200
-    assert megatron_fsdp_pool.double_buffered(3 * [(50.0, 0.0)] + 58 * [(20.0, 30.0)]) == 200.0
+    assert _double_buffered(3 * [(50.0, 0.0)] + 58 * [(20.0, 30.0)]) == 200.0
     # a tie: the first shape pools, the second is apart: 2 x 10 + 20 = 40
-    assert megatron_fsdp_pool.double_buffered([(10.0, 0.0), (20.0, 0.0)]) == 40.0
+    assert _double_buffered([(10.0, 0.0), (20.0, 0.0)]) == 40.0
     # one shape: the pool alone, two units
-    assert megatron_fsdp_pool.double_buffered(4 * [(7.0, 0.0)]) == 14.0
+    assert _double_buffered(4 * [(7.0, 0.0)]) == 14.0
 
 
 def test_mxfp8_double_buffer_counts_the_transpose_pool() -> None:

@@ -32,6 +32,12 @@ from planner.model import megatron_fsdp, megatron_fsdp_pool
 from planner.model.megatron_fsdp_bytes import uniform
 
 
+def _fixed(units: list, prices: list) -> float:
+    """One chunk's fixed gradient pool and its backup allocator's units (`pool` + `apart`)."""
+    pooled = megatron_fsdp_pool.pool(units, prices, "grad")[1]
+    return 2 * pooled + megatron_fsdp_pool.apart(units, prices, "grad")
+
+
 def test_every_unit_pooled_each_offset_as_large_as_any_units() -> None:
     # DeepSeek-V2-Lite's shape (test_megatron_fsdp_buffers.py): one dense unit of 81 beside 26
     # MoE units of (dense 31, experts 34), one dtype, 1 B. Sorted from the largest, the MoE
@@ -40,13 +46,13 @@ def test_every_unit_pooled_each_offset_as_large_as_any_units() -> None:
     units = [(81.0, 0.0)] + 26 * [(31.0, 34.0)]
     one = [uniform(1.0, 1.0)] * len(units)
     assert megatron_fsdp_pool.max_pooled(units, one, "grad") == 224.0
-    assert megatron_fsdp_pool.double_buffered(units, one, "grad") == 211.0
+    assert _fixed(units, one) == 211.0
     # expert groups of one rank: their buckets are views, never requested (priced 0), yet they
     # keep offset 0 (the sort is by size, pgb:991-993): offset 0 still the dense unit's 81,
     # offset 1 31: 224 again. The fixed pool: 2 x 31 + 81 = 143.
     views = [uniform(1.0, 1.0)] + 26 * [uniform(1.0, 1.0)._replace(grad=(1.0, 0.0))]
     assert megatron_fsdp_pool.max_pooled(units, views, "grad") == 224.0
-    assert megatron_fsdp_pool.double_buffered(units, views, "grad") == 143.0
+    assert _fixed(units, views) == 143.0
 
 
 def test_each_dtype_has_its_own_offsets() -> None:
@@ -175,3 +181,16 @@ def test_named_inert_below_zero2() -> None:
     )
     named = [field for field, _ in plan.inert]
     assert "parallel.fsdp_max_pool" in named and "parallel.fsdp_double_buffer" in named
+
+
+def test_the_fixed_pool_is_shared_by_the_chunks() -> None:
+    # every model chunk's FixedPoolAllocator names the same two buffers per dtype in the one
+    # global memory buffer (pgb:855-863, utils.py:777-795), which grow to the largest request:
+    # chunks pooling units of 10 and of 20 elements hold 2 x 20 gradients and 2 x 20 parameters,
+    # not one chunk's own 2 x 10 or 2 x 20
+    small, large = [(10.0, 0.0)] * 3, [(20.0, 0.0)] * 3
+    one = [uniform(1.0, 1.0)] * 3
+    assert megatron_fsdp_pool.fixed_pools([small, large], [one, one]) == 2 * 20 + 2 * 20
+    # parameters of another dtype (bytes an element) are another named tensor: both held
+    fp8 = [uniform(1.0, 0.5)] * 3
+    assert megatron_fsdp_pool.fixed_pools([small, large], [one, fp8]) == 40 + (2 * 10 + 2 * 10)
