@@ -36,6 +36,7 @@ from planner.model import (
     layer_time,
     memory,
     mixers,
+    rank_mix,
     stage_activations,
     stage_time,
 )
@@ -351,7 +352,7 @@ def deferral_text(job: Job, layout: Layout, perf: Performance) -> str | None:
     limit = layout.wgrad_deferral_limit or "every call"
     times, last = stage_time.layout_times(job, layout), layout.pp - 1
     chunks = layout.chunk_layers(job.arch.num_layers)[last]
-    calls = stage_time.rank_layers(job, layout, last, chunks, times)[1]  # its output layers
+    calls = rank_mix.rank_layers(job, layout, last, chunks, times)[1]  # its output layers
     flush = deferred_wgrad(job, layout, times.gpu, times.m, calls)
     change = perf.step_time_s / cost.estimate(job, plain_layout).step_time_s
     return (

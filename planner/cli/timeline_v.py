@@ -19,8 +19,9 @@ from planner.cli.plot import BLUE, GREEN
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.performance import Performance
+from planner.model.rank_mix import mix_sums, rank_mix
 from planner.model.schedule import WGRAD_SHARE, weight_grads
-from planner.model.stage_time import layout_times, mix_sums, rank_mix
+from planner.model.stage_time import layout_times
 from planner.model.v_schedule import VOp, simulate_v, stage
 
 LIGHT_BLUE, LIGHT_GREEN = "#6baed6", "#74c476"

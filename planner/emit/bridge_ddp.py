@@ -5,7 +5,7 @@ and parameter-gather overlap and its bucket size over DDP's with the distributed
 
 The buckets are written always (`bucket_size`): the plan's, or where it sets none the size
 Megatron-LM gives them, max(40M, 1M x dp x cp) parameters (training.py
-resolve_ddp_bucket_size, 2a75ac12; planner.model.dp_sync.bucket_params, which the plan's step
+resolve_ddp_bucket_size, 2a75ac12; planner.model.dp_buckets.bucket_params, which the plan's step
 was timed with). Bridge's own would otherwise apply: 128 MiB wherever dp > 1 with the
 distributed optimizer (comm_overlap.py:577 `_get_optimizer_overlap_cfgs`), or without it
 Megatron-Core DDP's max(40M, 1M x dp) over dp alone (distributed_data_parallel.py:68-69), or a
@@ -21,12 +21,12 @@ from planner.emit.common import optimizer_instances
 from planner.inputs.errors import InputError
 from planner.inputs.layout import FSDP_STRATEGY, Layout
 from planner.inputs.plan import Plan
-from planner.model.dp_sync import default_bucket
+from planner.model.dp_buckets import default_bucket
 
 
 def bucket_size(plan: Plan) -> int | None:
     """Parameters per DDP bucket as the plan was timed: its ddp_bucket_size, else Megatron-LM's
-    default bucket over its dp x cp ranks (`dp_sync.default_bucket`); None where the plan counts
+    default bucket over its dp x cp ranks (`dp_buckets.default_bucket`); None where the plan counts
     buckets (ddp_num_buckets)."""
     lay = plan.require_layout()
     if lay.ddp_num_buckets:
@@ -80,7 +80,7 @@ def ddp_table(plan: Plan) -> dict[str, Any]:
     return {
         "use_distributed_optimizer": distributed_optimizer(plan),
         "overlap_grad_reduce": lay.overlap_grad_reduce,
-        "overlap_param_gather": gathers_overlapped(lay),
+        "overlap_param_gather": lay.gathers_overlapped,
         **_buckets(plan),
         "grad_reduce_in_fp32": job.main_grad_dtype == "fp32",
         # NCCL user buffers, which the plan has none of (Megatron-FSDP's double buffer they need
@@ -105,13 +105,6 @@ def distributed_optimizer(plan: Plan) -> bool:
     distributed optimizer there, arguments.py:1038-1039)."""
     lay = plan.require_layout()
     return lay.zero_stage >= 1 and plan.job.optimizer != "muon" and not lay.use_torch_fsdp2
-
-
-def gathers_overlapped(lay: Layout) -> bool:
-    """`Layout.gathers_overlapped`, off under torch FSDP2 (its own prefetch; Megatron-LM asserts
-    --overlap-param-gather with the distributed optimizer or Megatron-FSDP only,
-    arguments.py:1025-1027)."""
-    return lay.gathers_overlapped and not lay.use_torch_fsdp2
 
 
 def _deferral(lay: Layout) -> dict[str, Any]:
@@ -147,7 +140,7 @@ def comm_overlap_table(plan: Plan) -> dict[str, Any]:
         out["overlap_moe_expert_parallel_comm"] = lay.ep_comm_overlap
         out["delay_wgrad_compute"] = lay.ep_comm_overlap
     out["overlap_grad_reduce"] = lay.overlap_grad_reduce
-    out["overlap_param_gather"] = gathers_overlapped(lay)
+    out["overlap_param_gather"] = lay.gathers_overlapped
     # Megatron's: the first bucket's gather after the optimizer step, not overlapped with it;
     # the chunks' gathers aligned where Bridge's setup derives it (unset: dp, pp, vpp > 1)
     out["overlap_param_gather_with_optimizer_step"] = False

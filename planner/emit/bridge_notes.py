@@ -41,10 +41,6 @@ DeepSeek and Nemotron recipes set it in env_vars (a ConfigContainer field, appli
 runtime config)."""
 
 
-TORCH_DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
-"""The torch dtype a recipe sets for a plan's dtype name."""
-
-
 def attention_backend(job: Job) -> str:
     """TransformerConfig.attention_backend as the plan runs it: Megatron's "auto" (its default,
     as the megatron-args target leaves it), "unfused" without flash attention, and "flash" for
@@ -157,7 +153,7 @@ def notes(plan: Plan, comm_overlap_whole: str) -> list[str]:
             "(planned with fp32 gradients)"
         )
     if lay.zero_stage >= 2 and job.fsdp_grad_comm_dtype is not None:
-        name = TORCH_DTYPES[job.fsdp_grad_comm_dtype]
+        name = bridge_precision.TORCH_DTYPES[job.fsdp_grad_comm_dtype]
         out.append(
             f"set ddp.megatron_fsdp_grad_comm_dtype = {name} in the recipe (planned with "
             f"Megatron-FSDP's gradient buckets in {job.fsdp_grad_comm_dtype})"

@@ -58,6 +58,10 @@ layer in bf16. The preset writes them over the model's (`update_config_with_prec
 mixed_precision.py:148-156), so a model field in the override cannot change them: a note does."""
 
 
+TORCH_DTYPES = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
+"""The torch dtype a recipe sets for a plan's dtype name."""
+
+
 def grad_reduce_in_fp32(name: str) -> bool:
     """A preset's grad_reduce_in_fp32, written over ddp.grad_reduce_in_fp32: the bf16 presets
     keep MixedPrecisionConfig's default True (mixed_precision.py:47), the fp16 ones build on
@@ -126,18 +130,17 @@ def _moments(plan: Plan) -> dict[str, str]:
     back. An FP8 moment is refused: TE FusedAdam takes it only as torch.uint8 (Megatron-LM
     d98e8a64 arguments.py:1078), a name Bridge's str_to_dtype lacks (067f987d
     activation_map.py:95-110 reads 'fp8' as torch.float8_e4m3fn)."""
-    names = {"fp32": "torch.float32", "bf16": "torch.bfloat16", "fp16": "torch.float16"}
     out = {}
     for field, dtype in zip(
         ("exp_avg_dtype", "exp_avg_sq_dtype"), plan.job.moment_dtypes, strict=True
     ):
-        if dtype not in names:
+        if dtype not in TORCH_DTYPES:
             raise InputError(
                 f"{plan.path}: training.{field}: {dtype}: Megatron-Bridge cannot set it (its dtype "
                 "names have no torch.uint8, Transformer Engine FusedAdam's FP8 state); launch "
                 "with --target megatron-args"
             )
-        out[field] = names[dtype]
+        out[field] = TORCH_DTYPES[dtype]
     return out
 
 

@@ -153,7 +153,7 @@ def parallel_args(plan: Plan) -> list[Arg]:
             a.append(("--ddp-bucket-size", str(lay.ddp_bucket_size)))
         if lay.ddp_num_buckets is not None:
             a.append(("--ddp-num-buckets", str(lay.ddp_num_buckets)))
-        if lay.gathers_overlapped and not lay.use_torch_fsdp2:
+        if lay.gathers_overlapped:
             a.append(("--overlap-param-gather",))
     return a
 

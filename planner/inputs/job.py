@@ -265,7 +265,7 @@ class Job:
         3107-3111 fetches them in grad_comm_dtype where set, d98e8a64)."""
         if self.fsdp_grad_comm_dtype is None:
             return self.grad_bytes
-        return 4.0 if self.fsdp_grad_comm_dtype == "fp32" else 2.0
+        return MOMENT_BYTES[self.fsdp_grad_comm_dtype]
 
     def recompute_policy(self, recompute: Recompute) -> RecomputePolicy:
         """What a layout's recompute setting recomputes in this training code: "selective" is

@@ -228,9 +228,9 @@ class Layout:
     def gathers_overlapped(self) -> bool:
         """Whether the parameter all-gather overlaps the forward: `overlap_param_gather` where
         something is gathered (the distributed optimizer or Megatron-FSDP, ZeRO >= 1); what a
-        launch writes (Megatron-LM refuses the flag at ZeRO 0, Megatron-Core's DDP fails with
-        it)."""
-        return self.overlap_param_gather and self.zero_stage >= 1
+        launch writes (Megatron-LM refuses the flag at ZeRO 0 and under torch FSDP2, which
+        prefetches itself: arguments.py:1025-1027)."""
+        return self.overlap_param_gather and self.zero_stage >= 1 and not self.use_torch_fsdp2
 
     @property
     def expert_tp(self) -> int:

@@ -63,7 +63,7 @@ def counts(lay: Layout, num_layers: int, every: int) -> tuple[tuple[int, ...], .
 def recomputed(chunks: Chunks, every: int) -> Chunks:
     """The rank's wrapped layers as one-layer ranges (what `ModelArch.kind_counts` reads): the
     layers run with full recompute, the rest plain; the every-N counterpart of block
-    recompute's first k layers of each chunk (`stage_time.rank_mix`)."""
+    recompute's first k layers of each chunk (`rank_mix.rank_mix`)."""
     return tuple(range(i, i + 1) for w in wrapped(chunks, every) for i in w)
 
 

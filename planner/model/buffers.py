@@ -37,7 +37,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.units import GIB
-from planner.model import comms, rl_inference
+from planner.model import comms, rl_inference, titan_attention
 from planner.model.fp32 import value_bytes, weight_bytes
 
 CUDA_CONTEXT_BYTES = 0.8 * GIB
@@ -319,10 +319,12 @@ def async_save_worker_bytes(job: Job) -> float:
 def fixed_bytes(job: Job, layout: Layout) -> tuple[float, float]:
     """(allocated, not allocated) fixed bytes of one GPU: the persistent workspaces and an RL
     step's rollout engine (`planner.model.rl_inference`); the CUDA context (and the checkpoint
-    worker's), NCCL communicators, TP-overlap userbuffers and the flex dispatcher's buffers."""
+    worker's), NCCL communicators, TP-overlap userbuffers and the flex dispatcher's buffers;
+    torchtitan's FlexAttention BlockMask (`titan_attention.block_mask_bytes`)."""
     outside = context_bytes(layout) + tp_overlap_bytes(job, layout) + dispatcher_bytes(job, layout)
     outside += async_save_worker_bytes(job)
-    return workspace_bytes(job, layout) + rl_inference.resident_bytes(job, layout), outside
+    held = workspace_bytes(job, layout) + rl_inference.resident_bytes(job, layout)
+    return held + titan_attention.block_mask_bytes(job, layout), outside
 
 
 def dataloader_mask_bytes(job: Job, layout: Layout, rank: int) -> float:

@@ -89,19 +89,14 @@ from planner.model.output_time import deferred_wgrad
 from planner.model.param_tensors import max_rank_tensors
 from planner.model.performance import Performance, StepBreakdown, peak_label
 from planner.model.pipeline_p2p import interleaved_exposed
+from planner.model.rank_mix import mix_sums, rank_mix
 from planner.model.schedule import (
     flush_exposed,
     schedule_bubble,
     schedule_name,
 )
 from planner.model.stage_offload import offload_exposed, offload_one_way
-from planner.model.stage_time import (
-    a2a_floor,
-    ep_exposed,
-    layout_times,
-    mix_sums,
-    rank_mix,
-)
+from planner.model.stage_time import a2a_floor, ep_exposed, layout_times
 
 STEP_OVERHEAD_S = 0.01
 """Per-step fixed host time on the reference host (`host.HOST_CPU_SLOWDOWN`): the data

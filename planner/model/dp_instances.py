@@ -16,7 +16,7 @@ over the instance and then the all-reduce of its shard across the instances, bot
 communication stream per bucket list, after each other, under the backward as far as
 --overlap-grad-reduce allows (param_and_grad_buffer.py:676-762, distributed_data_parallel.py:
 357-367); the parameter all-gather over the instance only (:505-524). Buckets of the whole dp x
-cp group's size (training.py:2189, `dp_sync.bucket_params`). The same collectives as the pools'
+cp group's size (training.py:2189, `dp_buckets.bucket_params`). The same collectives as the pools'
 data parallelism (`planner.model.pools`), with the instance link in place of the pools' one:
 `bucket_traffic` is their common arithmetic.
 
@@ -51,7 +51,7 @@ import math
 from planner.inputs.hardware import ClusterSpec
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import dp_sync
+from planner.model import dp_buckets, dp_sync
 from planner.model.comms import Group, all_gather, all_reduce, place, reduce_scatter
 from planner.model.interleaved_sync import RankChunks, chunk_sync
 from planner.model.shard import BF16
@@ -112,7 +112,7 @@ def data_parallel(
     `job.optimizer_instances` instances; the arguments as `dp_sync.data_parallel`'s."""
     n = job.optimizer_instances
     groups = instance_groups(job.cluster, lay, n)
-    grads = dp_sync.reduced_bytes(job, lay)
+    grads = dp_buckets.reduced_bytes(job, lay)
     if lay.zero_stage >= 2:
         optim = lay.zero_stage == 3 and job.outer_dp_sharding_strategy == "optim"
         sizes = (grads, param_bytes)
@@ -148,7 +148,7 @@ def distributed_optimizer(
         if n_params <= 0 or grp.size * inter.size <= 1:
             continue
         whole = grp.size * inter.size
-        per_bucket = dp_sync.bucket_params(lay, whole, dense + expert, layers)
+        per_bucket = dp_buckets.bucket_params(lay, whole, dense + expert, layers)
         buckets = max(1, math.ceil(n_params / per_bucket))
         red, gather, _ = bucket_traffic(
             grp, inter, n_params * grad_bytes, n_params * p_bytes, buckets

@@ -58,7 +58,7 @@ from planner.inputs.hybrid import LayerKind
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
-from planner.model.dp_sync import default_bucket
+from planner.model.dp_buckets import default_bucket
 from planner.model.fp32 import weight_bytes
 from planner.model.megatron_fsdp_bytes import (
     ELEMENTS,
@@ -129,7 +129,7 @@ def unit_size(job: Job, layout: Layout, units: list[Unit], chunk_params: float) 
 def bucket_size(layout: Layout, chunk_params: float) -> float | None:
     """Megatron-FSDP's bucket size (DistributedDataParallelConfig.bucket_size) for a model chunk
     of `chunk_params` parameters: --ddp-bucket-size, the chunk // --ddp-num-buckets, else
-    Megatron-LM's default (`dp_sync.default_bucket`, over the dense data-parallel ranks); None
+    Megatron-LM's default (`dp_buckets.default_bucket`, over the dense data-parallel ranks); None
     without --overlap-grad-reduce (training.py:2192-2193)."""
     if not layout.overlap_grad_reduce:
         return None
@@ -262,7 +262,12 @@ def transient_and_resident(
     buckets hold at once over the step (`profile_and_resident`'s largest moment), and the
     parameters outside units kept gathered all step at ZeRO 3."""
     moments, resident = profile_and_resident(job, layout, rank, chunks)
-    return max((b for chunk in moments for _, b in chunk), default=0.0), resident
+    return largest(moments), resident
+
+
+def largest(profile: Profile) -> float:
+    """A profile's largest moment's bytes (0 for none)."""
+    return max((b for chunk in profile for _, b in chunk), default=0.0)
 
 
 def profile_and_resident(

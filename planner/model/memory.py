@@ -50,7 +50,6 @@ from planner.model import (
     pools,
     stage_activations,
     titan_accumulation,
-    titan_attention,
     titan_validation,
 )
 from planner.model.bf16_layers import bf16_ranges
@@ -130,7 +129,6 @@ def stage_memory(
     counted, outside = fixed or buffers.fixed_bytes(job, layout)
     counted += fsdp2.pipeline_buffers(job, layout, rank)  # torch pipelining's (torchtitan)
     counted += buffers.dataloader_mask_bytes(job, layout, rank)  # Megatron-LM's default
-    counted += titan_attention.block_mask_bytes(job, layout)  # torchtitan's FlexAttention
     frag = fragmentation(job)
     last = rank == layout.output_rank  # the loss's rank
     val = titan_validation.validation_bytes(job, layout, last) * ACTIVATION_SCALE

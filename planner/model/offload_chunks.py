@@ -16,6 +16,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.titan_every_layers import block_ranges
 from planner.model.fine_offload import Moved, group_moves
 from planner.model.job_memo import ModelMemo
+from planner.model.schedule import Chunks
 from planner.model.shard import Shard
 
 
@@ -46,7 +47,6 @@ def moving_layers(kinds: Sequence[int], counts: Sequence[int]) -> list[bool]:
     return moves
 
 
-Chunks = tuple[range, ...]
 Tail = Sequence[tuple[str, Moved]]
 """Named offload groups after a chunk's own (`_chunk_moves`' tail)."""
 
@@ -163,7 +163,7 @@ def reload_window(
 
 
 def offloading_layers(
-    arch: ModelArch, lay: Layout, sh: Shard, chunks: tuple[range, ...]
+    arch: ModelArch, lay: Layout, sh: Shard, chunks: Chunks
 ) -> tuple[tuple[int, ...], ...]:
     """Per chunk of one rank, per layer kind (`ModelArch.kinds`): the layers whose offload groups
     move (`fine_offload.offloaded_bytes(..., recompute=False)` each; `fine_offload`'s docstring):

@@ -38,7 +38,7 @@ from dataclasses import replace
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_instances, dp_sync
+from planner.model import comms, dp_buckets, dp_instances, dp_sync
 from planner.model.interleaved_sync import RankChunks
 from planner.model.job_memo import JobMemo
 from planner.model.shard import BF16
@@ -233,12 +233,12 @@ def data_parallel(
     """(exposed, hidden) seconds per step of one stage's data-parallel traffic: `dp_sync.
     data_parallel`, or with the replicas across pools (a replica view: `lay.dp_pools` > 1, the
     job's link between pools kept) the partial distributed optimizer's (module docstring), per
-    bucket of `dp_sync.bucket_params` (over the whole dp x cp group) parameters: the instance's
+    bucket of `dp_buckets.bucket_params` (over the whole dp x cp group) parameters: the instance's
     reduce-scatter and then the P-way all-reduce of its shard over the link, in the backward
     window; the instance's parameter all-gather in the forward window; what exceeds a window
     (with the first bucket's fill, `dp_sync.windowed`) is exposed, and never less than one
     bucket."""
-    grads = dp_sync.reduced_bytes(job, lay)
+    grads = dp_buckets.reduced_bytes(job, lay)
     if lay.dp_pools <= 1 or job.between_pools is None:
         return dp_sync.data_parallel(
             groups, lay, dense, expert, grads, fwd, bwd, m, layers, param_bytes, own
@@ -257,9 +257,9 @@ def _link_traffic(
     """Seconds one parameter kind's buckets spend on the link between pools: per bucket the
     all-reduce of the instance's shard (`dp_instances.bucket_traffic`)."""
     link = link_group(job, lay.dp_pools)
-    per_bucket = dp_sync.bucket_params(lay, grp.size * link.size, stage_params, layers)
+    per_bucket = dp_buckets.bucket_params(lay, grp.size * link.size, stage_params, layers)
     buckets = max(1, math.ceil(n_params / per_bucket))
-    grads = n_params * dp_sync.reduced_bytes(job, lay)
+    grads = n_params * dp_buckets.reduced_bytes(job, lay)
     return dp_instances.bucket_traffic(grp, link, grads, n_params * BF16, buckets)[2]
 
 

@@ -26,7 +26,6 @@ from planner.model.optimizer_states import muon_optimizer_bytes
 from planner.model.schedule import Chunks, layer_count
 from planner.model.stage_params import (
     decoder_params,
-    output_params,
     quantised_params,
     stage_params,
 )
@@ -68,21 +67,29 @@ def rank_state(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     return memo[key]
 
 
-_PROFILES: JobMemo[tuple[object, ...], megatron_fsdp.Profile] = JobMemo()
-"""`fsdp_profile` per job and `rank_state`'s key."""
+_PROFILES: JobMemo[tuple[object, ...], tuple[megatron_fsdp.Profile, float]] = JobMemo()
+"""`profile_and_resident` per job and `rank_state`'s key."""
 
 
-def fsdp_profile(job: Job, layout: Layout, rank: int, chunks: Chunks) -> megatron_fsdp.Profile:
+def profile_and_resident(
+    job: Job, layout: Layout, rank: int, chunks: Chunks
+) -> tuple[megatron_fsdp.Profile, float]:
     """Megatron-FSDP's unit buffers at each moment of a micro-batch's step on one GPU of pipeline
-    rank `rank` (`megatron_fsdp.profile_and_resident`; () below ZeRO 2 and under torchtitan's
-    or Megatron-LM's torch FSDP2):
-    `rank_state`'s transient is its largest moment; `memory.stage_memory` couples it with the
-    activations held at each moment (`fsdp_coupling`)."""
+    rank `rank`, and its parameters kept gathered all step (`megatron_fsdp.profile_and_resident`;
+    ((), 0) below ZeRO 2 and under torchtitan's or Megatron-LM's torch FSDP2), remembered:
+    `rank_state`'s transient is the largest moment; `memory.stage_memory` couples the moments
+    with the activations held then (`fsdp_coupling`)."""
     memo, key = _PROFILES.of(job), _key(job, layout, rank)
     if key not in memo:
         fsdp = _megatron_fsdp(job, layout)
-        memo[key] = megatron_fsdp.profile_and_resident(job, layout, rank, chunks)[0] if fsdp else ()
+        empty: tuple[megatron_fsdp.Profile, float] = ((), 0.0)
+        memo[key] = megatron_fsdp.profile_and_resident(job, layout, rank, chunks) if fsdp else empty
     return memo[key]
+
+
+def fsdp_profile(job: Job, layout: Layout, rank: int, chunks: Chunks) -> megatron_fsdp.Profile:
+    """`profile_and_resident`'s moments."""
+    return profile_and_resident(job, layout, rank, chunks)[0]
 
 
 _AT_STEP: JobMemo[tuple[object, ...], float] = JobMemo()
@@ -125,8 +132,7 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     dense, expert = stage_params(job, layout, rank, chunks)
     fp8_dense, fp8_expert = quantised_params(job, layout, rank, chunks)
     if job.framework == "torchtitan":  # FSDP2's states in place of ZeRO's (planner.model.fsdp2)
-        vocab = job.arch.padded_vocab(layout.tp)
-        out = output_params(job.arch, vocab) / layout.tp if rank == layout.output_rank else 0.0
+        out = fsdp2.output_share(job, layout, rank)
         fp8 = (fp8_dense, fp8_expert)
         return fsdp2.states(job, layout, (dense, expert), fp8, layer_count(chunks), out)
     w8, cache8 = buffers.quantised_weight_bytes(job, layout)
@@ -155,7 +161,8 @@ def _state_of(job: Job, layout: Layout, rank: int, chunks: Chunks) -> _State:
     if torch_fsdp2.applies(job, layout):
         transient = torch_fsdp2.transient(job, layout, rank, chunks)
     else:
-        transient, gathered = megatron_fsdp.transient_and_resident(job, layout, rank, chunks)
+        profile, gathered = profile_and_resident(job, layout, rank, chunks)
+        transient = megatron_fsdp.largest(profile)
         cache += gathered
     optimizer = dense * o_d + expert * o_e
     if job.frozen_model:  # Megatron's gradient buffers and optimizer hold trainable params only

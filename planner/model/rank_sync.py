@@ -18,15 +18,16 @@ from operator import itemgetter
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import comms, dp_instances, dp_sync, fsdp2, muon_time, pools
+from planner.model import comms, dp_buckets, dp_instances, dp_sync, fsdp2, muon_time, pools
 from planner.model.embedding_grads import sync_time as embedding_sync_time
 from planner.model.interleaved_sync import RankChunks
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer
+from planner.model.rank_mix import rank_layers
 from planner.model.schedule import Chunks
 from planner.model.stage_params import chunk_params, quantised_params, stage_params
 from planner.model.stage_sync import gather_zero_time, gathered_param_bytes, optimizer_time
-from planner.model.stage_time import LayoutTimes, rank_layers
+from planner.model.stage_time import LayoutTimes
 
 SYNC_UNREAD = frozenset(
     {
@@ -50,7 +51,7 @@ SYNC_UNREAD = frozenset(
 """The layout fields `_setup` does not read: the micro-batch size and group (only the windows
 and `dp_sync.shown`'s chunk launches read them, and `fp32.pipeline_message_bytes`, which no
 sync reads), the memory savers (a rank's decoder blocks, the FSDP units, are the same count
-under every recompute: `stage_time.rank_mix` splits them between recomputed and plain layers),
+under every recompute: `rank_mix.rank_mix` splits them between recomputed and plain layers),
 the token dispatcher (`comms.ep_sm_share`, the all-to-all's, is no DP collective's) and the TP
 and EP overlaps. `stage_params` keys on the degrees, pp, the output and MTP ranks and the
 rank's chunks; `gathered_param_bytes`, `optimizer_time` and `gather_zero_time` read the ZeRO
@@ -84,7 +85,7 @@ def stage_sync(
     bwd: float,
 ) -> tuple[float, float, float]:
     """(exposed, hidden, optimizer) seconds per step of pipeline rank `rank` (its decoder layers
-    `chunks`, its `mix` from `stage_time.rank_mix`): its data-parallel traffic over `groups`
+    `chunks`, its `mix` from `rank_mix.rank_mix`): its data-parallel traffic over `groups`
     (`dp_sync.data_parallel_groups`) beyond the forward and backward windows `fwd` and `bwd`, the
     exposed part also holding `share` (`comms.sm_share`) of the hidden part's SMs, and its
     optimizer step."""
@@ -142,7 +143,7 @@ def _setup(
         own = RankChunks(rank, chunk_params(job, lay, rank, chunks)) if lay.vpp > 1 else None
         one_pool = lay.dp_pools <= 1 or job.between_pools is None
         if one_pool and not dp_instances.applies(job, lay):
-            grads = dp_sync.reduced_bytes(job, lay)
+            grads = dp_buckets.reduced_bytes(job, lay)
             made = dp_sync.traffic(groups, lay, dense, expert, grads, layers, p_bytes, own)
     emb = embedding_sync_time(job, lay, rank)
     o = optimizer_time(job, lay, dense, expert, t.gpu)

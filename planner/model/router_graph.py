@@ -37,7 +37,7 @@ def router_graph_bytes(job: Job, layout: Layout, sh: Shard) -> float:
     out += 0.0 if sh.drops_pre_moe_norm() else w * sh.tokens / sh.tp * job.arch.hidden_size
     if sh.cuda_graph_impl == "transformer_engine" and _shared_inside(job, layout):
         out += shared_expert_bytes(job.arch, sh)
-    return out + router_graph_outputs(job, layout, sh)
+    return out + sh.router_graph_outputs
 
 
 def _shared_inside(job: Job, layout: Layout) -> bool:

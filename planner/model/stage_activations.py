@@ -235,8 +235,8 @@ def activation_parts(
         return recompute_working(arch, layout, replace(per, full=only), chunks)
 
     after.append(mixer_working(arch, layout.cp, sh, chunks, rebuilt))
-    if any(k.mixer == "attention" for k in arch.kinds):  # torchtitan's deterministic SDPA:
-        # beside a recomputed layer's rebuilt activations (`working`) in its backward
+    if titan_sdpa.flash_runs(job):  # torchtitan's deterministic SDPA: its workspace beside a
+        # recomputed layer's rebuilt activations (`working`) in its backward
         after.append(titan_sdpa.flash_backward_bytes(job, layout.cp, sh) + working)
     if n_layers:  # the module selective recompute rebuilds in the backward
         present = [k for k, n in zip(arch.kinds, arch.kind_counts(chunks), strict=True) if n]

@@ -17,7 +17,7 @@ x_t >= R_t - (w_f + w_b) of it (`dp_sync.windowed`: max(red - bwd + bwd frac, la
 red - bwd, red itself where the window is off; the gathers alike) and hides h_t = R_t - x_t, so
 e >= (1 - share) x_t + share R_t >= R_t - k (w_f + w_b), k = 1 - share (`comms.sm_share`). The
 windows (`stage_sync.sync_windows`) are the stage's forward and backward (c + rec:
-`stage_time.mix_sums`, the output layer, a vision encoder, a deferred drain added to both
+`rank_mix.mix_sums`, the output layer, a vision encoder, a deferred drain added to both
 alike) plus at most its exposed TP, CP, EP and offload seconds, all in the rank's stage time t:
 e >= R_t - k t. R_t is at least each bucket's collectives' calls and bandwidth terms
 (`_sync_rates`), linear in the parameters.
@@ -34,7 +34,7 @@ from collections.abc import Sequence
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
-from planner.model import dp_instances, dp_sync
+from planner.model import dp_buckets, dp_instances, dp_sync
 from planner.model.comms import collective_floor, sm_share
 from planner.model.fp32 import value_bytes
 from planner.model.job_memo import ModelMemo
@@ -84,7 +84,7 @@ def _sync_rates(job: Job, lay: Layout) -> tuple[float, float]:
     each kind whose group is on it; (0, 0) where the sync does not run as those buckets. Each
     bucket's collectives pay their calls (`comms.collective_floor`), and a kind of n parameters
     makes max(1, ceil(n / B)) >= n / B buckets of Megatron's default B (`dp_sync.
-    default_bucket`); a bucket size the layout sets (`dp_sync.explicit_bucket`, which reads the
+    default_bucket`); a bucket size the layout sets (`dp_buckets.explicit_bucket`, which reads the
     stage's parameters) leaves the calls out."""
     if (
         job.framework != "megatron"
@@ -105,7 +105,7 @@ def _sync_rates(job: Job, lay: Layout) -> tuple[float, float]:
         else:  # reduce-scattered, and the parameters gathered back
             per_byte, call = collective_floor(grp)
             per, calls = (job.grad_bytes + _least_gather_bytes(job, lay)) * per_byte, 2 * call
-        per += calls / dp_sync.default_bucket(grp.size) if default else 0.0
+        per += calls / dp_buckets.default_bucket(grp.size) if default else 0.0
         rates.append(per if grp.tier_name == tier else 0.0)
     return rates[0], rates[1]
 

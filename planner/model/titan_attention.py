@@ -46,7 +46,16 @@ from planner.model.torch_schedules import schedule_microbatches
 Backend = Literal["sdpa", "flex", "varlen"]
 
 TOML_FLEX_MODELS = frozenset({"deepseek_v3", "gpt_oss"})
-"""torchtitan models whose e347b1e5 flavors (planner's) run FlexAttention (module docstring)."""
+"""torchtitan models whose e347b1e5 flavors (planner's) run FlexAttention (module docstring);
+the others' attn_type defaults to "sdpa" (models/llama3/model/args.py:45, models/qwen3/model/
+args.py:39, models/llama4/model/args.py:47), which their 8B / 70B / 405B, Qwen3 and 17bx16e /
+17bx128e flavors leave (only the debug and irope flavors set flex or varlen)."""
+
+
+def toml_backend(name: str) -> Backend:
+    """The attention e347b1e5's flavors of torchtitan model `name` run (`TOML_FLEX_MODELS`)."""
+    return "flex" if name in TOML_FLEX_MODELS else "sdpa"
+
 
 BLOCK_CAUSAL_MODELS = frozenset({"deepseek_v3"})
 """e347b1e5 models whose flavors' mask is per document ("block_causal"): their BlockMask has the
@@ -79,7 +88,7 @@ def backend(job: Job, layout: Layout) -> Backend | None:
     name = MODELS[zoo][0]
     if module_era(job, layout):
         return "varlen" if name == "gpt_oss" and layout.cp == 1 else "flex"
-    return "flex" if name in TOML_FLEX_MODELS else "sdpa"
+    return toml_backend(name)
 
 
 def block_mask_bytes(job: Job, layout: Layout) -> float:

@@ -23,10 +23,11 @@ general constraints, so for the forward too): the flash backend runs, PyTorch's 
 FlashAttention-2 (aten/src/ATen/native/transformers/cuda/flash_attn, FA3 only where
 activate_flash_attention_impl selects it, which e347b1e5 never calls), timed at
 `attention.FLASH2_KERNELS`' rates (`kernel`). This is the e347b1e5 flavors that run SDPA
-(`SDPA_MODELS`; DeepSeek-V3 and gpt-oss run FlexAttention, e347b1e5 models/deepseek_v3/
-__init__.py:100, :154, models/gpt_oss/model/args.py:67, whose deterministic path planner does not
-model). b5bcd76c runs no SDPA for a language model (its deterministic mode, the plan's without
-deterministic_fill, is FlexAttention's or varlen's: `planner.model.titan_attention`).
+(`titan_attention.toml_backend`; DeepSeek-V3 and gpt-oss run FlexAttention, e347b1e5
+models/deepseek_v3/__init__.py:100, :154, models/gpt_oss/model/args.py:67, whose deterministic
+path planner does not model). b5bcd76c runs no SDPA for a language model (its deterministic
+mode, the plan's without deterministic_fill, is FlexAttention's or varlen's:
+`planner.model.titan_attention`).
 
 The workspace. Its backward (attention_backward.cu `_flash_attention_backward` passes
 deterministic = true when deterministic algorithms are on and not warn-only) is FA2's mha_bwd
@@ -53,12 +54,7 @@ from planner.inputs.plan_types import AttentionKernel
 from planner.inputs.torchtitan import MODELS, zoo_flavor
 from planner.model.shard import BF16, Shard
 from planner.model.sm_count import gpu_sms
-
-SDPA_MODELS = frozenset({"llama3", "qwen3", "llama4"})
-"""torchtitan models whose e347b1e5 flavors planner plans run F.scaled_dot_product_attention:
-attn_type defaults to "sdpa" (models/llama3/model/args.py:45, models/qwen3/model/args.py:39,
-models/llama4/model/args.py:47) and their 8B / 70B / 405B, Qwen3 and 17bx16e / 17bx128e flavors
-leave it (only the debug and irope flavors set flex or varlen)."""
+from planner.model.titan_attention import toml_backend
 
 FP32 = 4.0
 """Bytes of an fp32 accumulator element."""
@@ -74,7 +70,7 @@ def flash_runs(job: Job) -> bool:
     if not job.titan.deterministic_fill:  # b5bcd76c's mode: flex or varlen, no SDPA
         return False
     zoo = zoo_flavor(job.arch)
-    return zoo is not None and MODELS[zoo][0] in SDPA_MODELS
+    return zoo is not None and toml_backend(MODELS[zoo][0]) == "sdpa"
 
 
 def kernel(job: Job) -> AttentionKernel:

@@ -26,6 +26,7 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model.shard import BF16
+from planner.model.torch_schedules import schedule_microbatches
 
 VALIDATION_LOSS_BYTES_PER_LOGIT = 10
 """Counted, not fitted: e347b1e5 components/loss.py:20-27 cross_entropy_loss runs
@@ -52,8 +53,7 @@ def tokens(job: Job, layout: Layout) -> float:
     titan = job.titan
     t = titan.validation_batch * titan.validation_seq_len / layout.cp
     if layout.pp > 1:
-        m = layout.num_microbatches(job.global_batch_size) / titan.gradient_accumulation_steps
-        t /= max(m, 1.0)
+        t /= schedule_microbatches(job, layout)
     return t
 
 

@@ -40,7 +40,7 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import fsdp2, params
 from planner.model.schedule import Chunks
-from planner.model.stage_params import output_params, stage_params
+from planner.model.stage_params import stage_params
 
 
 def applies(job: Job, layout: Layout) -> bool:
@@ -67,9 +67,7 @@ def transient(job: Job, layout: Layout, rank: int, chunks: Chunks) -> float:
     the only one), the module docstring's moments."""
     d = fsdp2.dtypes(job)
     layer = largest_layer(job, layout, chunks)
-    out = 0.0
-    if rank == layout.output_rank:
-        out = output_params(job.arch, job.arch.padded_vocab(layout.tp)) / layout.tp
+    out = fsdp2.output_share(job, layout, rank)
     block = (d.grad + d.reduce) * layer
     if fsdp2.keeps_unsharded(job, layout):
         gathered = d.param * sum(stage_params(job, layout, rank, chunks))

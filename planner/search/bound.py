@@ -17,16 +17,10 @@ from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, pools, tp_overlap
 from planner.model.job_memo import JobMemo
+from planner.model.rank_mix import mix_sums, rank_mix
 from planner.model.routing_load import least_load_job
 from planner.model.schedule import BUBBLE_TERMS, Chunks, schedule_name, unmerged_share
-from planner.model.stage_time import (
-    LAYER_TIMES,
-    a2a_floor,
-    ep_exposed,
-    layout_times,
-    mix_sums,
-    rank_mix,
-)
+from planner.model.stage_time import LAYER_TIMES, a2a_floor, ep_exposed, layout_times
 from planner.search.floor_layers import floor_layers
 from planner.search.fsdp_bound import applies as fsdp_applies
 from planner.search.fsdp_bound import fsdp_exposed
@@ -216,7 +210,7 @@ def _stage_floors(job: Job, layout: Layout) -> tuple[int, list[float]]:
     """Micro-batches and the floor under each kind of rank's stage time per micro-batch
     (`lower_bound`), once per kind: `rank_floors`' terms, computed once for all the ranks that run
     the same layer counts of each kind and output layers (without memory savers each rank's mix
-    is those counts of the layout's layer of each kind, `stage_time.rank_mix`), each repeated as
+    is those counts of the layout's layer of each kind, `rank_mix.rank_mix`), each repeated as
     often as such ranks occur (max and sum are what the bounds read)."""
     m, per = _overlap_floors(job, layout, [layout.ep_comm_overlap])
     return m, per[0][0]

@@ -12,7 +12,8 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, dp_instances, dp_sync, rank_sync
-from planner.model.stage_time import layout_times, rank_mix
+from planner.model.rank_mix import rank_mix
+from planner.model.stage_time import layout_times
 from planner.search.rungs import NONE
 
 

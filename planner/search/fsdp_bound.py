@@ -12,9 +12,10 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, fsdp2
+from planner.model.rank_mix import mix_sums, rank_mix
 from planner.model.stage_params import quantised_params, stage_params
 from planner.model.stage_sync import sync_windows
-from planner.model.stage_time import ep_exposed, layout_times, mix_sums, rank_mix
+from planner.model.stage_time import ep_exposed, layout_times
 from planner.search.rungs import NONE
 
 

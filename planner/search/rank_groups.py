@@ -14,15 +14,16 @@ from planner.inputs.arch import ModelArch
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.titan_every_layers import block_ranges
+from planner.model.rank_mix import rank_layers
 from planner.model.schedule import Chunks
-from planner.model.stage_time import LayoutTimes, rank_layers
+from planner.model.stage_time import LayoutTimes
 
 _RankLayers = tuple[tuple[int, ...], int]
 _COUNTS: dict[tuple[object, ...], tuple[ModelArch, list[tuple[_RankLayers, int]]]] = {}
 
 
 def rank_counts(job: Job, lay: Layout, t: LayoutTimes) -> list[tuple[_RankLayers, int]]:
-    """Each distinct `stage_time.rank_layers` of the layout's ranks and how many ranks have it;
+    """Each distinct `rank_mix.rank_layers` of the layout's ranks and how many ranks have it;
     remembered per model and pipeline split (all they depend on)."""
     key = (id(job.arch), lay.split_key(), t.mtp_rank)
     hit = _COUNTS.get(key)
@@ -76,11 +77,11 @@ def _rank_groups(
     job: Job, lay: Layout, t: LayoutTimes, chunks: tuple[Chunks, ...]
 ) -> tuple[list[int], list[int]]:
     """The first rank of each group of ranks with the same mix, and each rank's group: ranks
-    that run the same layers of each kind (`stage_time.rank_layers`, which counts the MTP
+    that run the same layers of each kind (`rank_mix.rank_layers`, which counts the MTP
     depths' layers and the output layers), the same layers of each kind in their chunks (what
     fine-grained offloading's transfers read), are the MTP rank or not (its MTP projections),
     and under block recompute the same layers of each kind in the first recompute_num_layers of
-    each chunk (`stage_time.rank_mix`: those run recomputed, the rest plain). Remembered per
+    each chunk (`rank_mix.rank_mix`: those run recomputed, the rest plain). Remembered per
     model, split, MTP rank and block count (all they read)."""
     block = lay.recompute == "full" and lay.recompute_method == "block"
     k = (lay.recompute_num_layers, lay.recompute_every) if block else (0, 0)

@@ -62,7 +62,7 @@ def structure_floor(job: Job, shape: list[Layout]) -> float:
     output layers, the TP floor share of its TP traffic, the CP charge). The max is at least the
     mean over the pp ranks, and the sum over the ranks is the same in every shape of the
     structure but for the all-to-all term: every shape runs all the model's layers of each kind
-    and its output layers and MTP depths once (`stage_time.rank_layers`), on the same layer
+    and its output layers and MTP depths once (`rank_mix.rank_layers`), on the same layer
     times (they read no pipeline field, `stage_time._FIXED`, and the micro-batches are the
     structure's at its largest size), the shapes' bases differ only in their vpp, split and EP
     overlap (the dispatchers, the TP overlap and the SM shares are the structure's), and the

@@ -10,9 +10,10 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost
+from planner.model.rank_mix import mix_sums, rank_mix
 from planner.model.schedule import Chunks
 from planner.model.stage_offload import offload_exposed
-from planner.model.stage_time import ep_exposed, layout_times, mix_sums, rank_mix
+from planner.model.stage_time import ep_exposed, layout_times
 from planner.search.pipe_floor import pipeline_floor
 from planner.search.rank_groups import rank_values
 

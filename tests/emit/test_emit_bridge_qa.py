@@ -23,7 +23,7 @@ from planner.emit import common
 from planner.emit.launch import render
 from planner.inputs.errors import InputError
 from planner.inputs.plan import Plan
-from planner.model import dp_sync
+from planner.model import dp_buckets
 
 
 def _doc(plan: Plan) -> dict[str, Any]:
@@ -189,12 +189,12 @@ def test_the_buckets_are_the_size_the_plan_was_timed_with() -> None:
     comm_overlap.bucket_size is set (comm_overlap.py:577), and without it Megatron-Core's DDP
     takes max(40M, 1M x dp) over dp alone (distributed_data_parallel.py:68-69); the plan was
     timed with Megatron-LM's max(40M, 1M x dp x cp) (training.py resolve_ddp_bucket_size,
-    planner.model.dp_sync.bucket_params). Both tables carry it, for ZeRO 0 and 1; a plan's own
+    planner.model.dp_buckets.bucket_params). Both tables carry it, for ZeRO 0 and 1; a plan's own
     size wins."""
     for par in ({"dp": 128}, {"dp": 32, "cp": 2}, {"dp": 32, "cp": 2, "zero_stage": 0}):
         plan = make_plan("llama3.1-8b", 64 if "cp" in par else 128, {"tp": 1, **par})
         lay = plan.require_layout()
-        want = dp_sync.bucket_params(lay, lay.dense_dp, 0.0)
+        want = dp_buckets.bucket_params(lay, lay.dense_dp, 0.0)
         doc = _doc(plan)
         assert doc["ddp"]["bucket_size"] == doc["comm_overlap"]["bucket_size"] == want
         assert want != 128 * 2**20 and want == 1_000_000 * lay.dense_dp

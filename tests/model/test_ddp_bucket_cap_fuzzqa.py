@@ -20,7 +20,7 @@ from cli_run import run
 
 from planner.inputs.layout import Layout
 from planner.inputs.plan import load_plan
-from planner.model import dp_sync, memory
+from planner.model import dp_buckets, memory
 
 PLAN = """[model]
 name = "llama3.1-8b"
@@ -80,9 +80,9 @@ def test_a_bucket_beyond_the_parameters_is_the_parameters(tmp_path: Path) -> Non
 
 
 def test_explicit_bucket_is_capped_at_a_chunks_parameters() -> None:
-    assert dp_sync.explicit_bucket(Layout(ddp_bucket_size=10**12), 8e9, 32) == 8e9
-    assert dp_sync.explicit_bucket(Layout(pp=2, vpp=2, ddp_bucket_size=10**12), 8e9, 16) == 4e9
-    assert dp_sync.explicit_bucket(Layout(ddp_bucket_size=10**8), 8e9, 32) == 10**8
+    assert dp_buckets.explicit_bucket(Layout(ddp_bucket_size=10**12), 8e9, 32) == 8e9
+    assert dp_buckets.explicit_bucket(Layout(pp=2, vpp=2, ddp_bucket_size=10**12), 8e9, 16) == 4e9
+    assert dp_buckets.explicit_bucket(Layout(ddp_bucket_size=10**8), 8e9, 32) == 10**8
 
 
 def test_check_counts_the_capped_bucket(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

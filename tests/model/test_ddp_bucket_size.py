@@ -22,7 +22,7 @@ from planner.inputs import megatron_args, plan_writer
 from planner.inputs.errors import InputError
 from planner.inputs.layout import Layout
 from planner.inputs.plan import parse_plan
-from planner.model import comms, cost, dp_sync, nccl_shares
+from planner.model import comms, cost, dp_buckets, dp_sync, nccl_shares
 from planner.search.rules import check_plan
 
 LINE = (
@@ -71,7 +71,8 @@ def test_the_last_bucket_shows_whatever_the_window() -> None:
         return dp_sync.data_parallel(groups, lay, n, 0.0, 4.0, 100.0, 100.0, 1)[0]
 
     for bucket, count in ((None, 16), (500_000_000, 2)):
-        assert math.ceil(n / dp_sync.bucket_params(Layout(ddp_bucket_size=bucket), 64, n)) == count
+        per_bucket = dp_buckets.bucket_params(Layout(ddp_bucket_size=bucket), 64, n)
+        assert math.ceil(n / per_bucket) == count
         # the last bucket of the reduce-scatter (4 B a gradient) and of the all-gather (2 B)
         last = comms.reduce_scatter(4 * n / count, grp) + comms.all_gather(2 * n / count, grp)
         assert shown(bucket) == pytest.approx(last)
@@ -95,14 +96,14 @@ def test_num_buckets_is_read_emitted_and_splits_the_chunk() -> None:
     cluster = h100_cluster(64)
     groups = dp_sync.data_parallel_groups(cluster, Layout(tp=1, pp=1, dp=64))
     four = Layout(tp=1, pp=1, dp=64, ddp_num_buckets=4)
-    assert dp_sync.bucket_params(four, 64, 1e9) == 250e6
+    assert dp_buckets.bucket_params(four, 64, 1e9) == 250e6
     shown = dp_sync.data_parallel(groups, four, 1e9, 0.0, 4.0, 100.0, 100.0, 1)[0]
     grp = groups[0]
     assert shown == pytest.approx(
         comms.reduce_scatter(4 * 1e9 / 4, grp) + comms.all_gather(2 * 1e9 / 4, grp)
     )
     # with vpp 2 a stage holds two chunks: buckets of 1e9 / 2 // 4 = 125M
-    assert dp_sync.bucket_params(Layout(pp=2, vpp=2, ddp_num_buckets=4), 64, 1e9) == 125e6
+    assert dp_buckets.bucket_params(Layout(pp=2, vpp=2, ddp_num_buckets=4), 64, 1e9) == 125e6
 
 
 def test_both_bucket_flags_are_refused() -> None:
@@ -118,7 +119,7 @@ def test_a_bucket_smaller_than_a_tensor_is_one_tensor() -> None:
     in 4 layers of 6 tensors, the embedding and the output layer are 26 tensors, so buckets of
     1e9 / 26 parameters, not 5 million buckets of 200."""
     tiny = Layout(tp=1, pp=1, dp=64, ddp_bucket_size=200)
-    assert dp_sync.bucket_params(tiny, 64, 1e9, layers=4) == pytest.approx(1e9 / 26)
+    assert dp_buckets.bucket_params(tiny, 64, 1e9, layers=4) == pytest.approx(1e9 / 26)
     # the Llama 3 8B line (32 layers on 16 H100) with it: the step stays what per-tensor buckets
     # cost, within a percent of Megatron's default buckets (5 million buckets' latencies of
     # ~0.1 ms each would add minutes)
@@ -135,8 +136,8 @@ def test_without_the_grad_reduce_overlap_each_chunk_is_one_bucket() -> None:
     # whatever the line asked (training.py:2192-2193, distributed_data_parallel.py:135-137): a
     # chunk's buffer is one bucket. A stage of 1.2e9 parameters in 3 chunks: 4e8 each.
     lay = Layout(tp=1, pp=2, dp=8, vpp=3, overlap_grad_reduce=False, ddp_bucket_size=1_000_000)
-    assert dp_sync.bucket_params(lay, 8, 1.2e9, 12) == pytest.approx(4e8)
-    assert dp_sync.bucket_params(lay.with_(ddp_bucket_size=None), 8, 1.2e9, 12) == pytest.approx(
+    assert dp_buckets.bucket_params(lay, 8, 1.2e9, 12) == pytest.approx(4e8)
+    assert dp_buckets.bucket_params(lay.with_(ddp_bucket_size=None), 8, 1.2e9, 12) == pytest.approx(
         4e8
     )
     # so a line's --ddp-bucket-size changes nothing without the overlap

@@ -22,9 +22,10 @@ from jobs import job
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import params
+from planner.model.rank_mix import mix_sums, rank_layers, rank_mix
 from planner.model.stage_activations import per_layer, shard, stage_activations
 from planner.model.stage_params import quantised_params, stage_params
-from planner.model.stage_time import layout_times, mix_sums, rank_layers, rank_mix
+from planner.model.stage_time import layout_times
 
 T, H, V = 4096, 4096, 128256  # Llama 3.1 8B: h 4096, vocab 128,256 (a multiple of 128)
 # pp 3 with the MTP layer ending rank 1 and the loss alone on rank 2 (`mtp_standalone`)

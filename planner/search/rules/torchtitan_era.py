@@ -1,7 +1,7 @@
 """torchtitan's Python configurations (b5bcd76c, the configuration torchtitan takes since
 9810191b) as an era of their own: what makes a plan theirs (`python_config_era`), and what that
-era cannot run (`head_era`), from benchmarks/data/torchtitan_head_config.md (`python_config_era` and
-`toml_era_refusal` are `planner.inputs.torchtitan_era`'s, re-exported here). A layout the TOML era
+era cannot run (`head_era`), from benchmarks/data/torchtitan_head_config.md (`python_config_era`:
+`planner.inputs.torchtitan_era`). A layout the TOML era
 (e347b1e5) raises on (`torchtitan_toml.era_problem`: the TOML target's `era_refusal`) is the
 Python configurations' too: only the module target writes it, so what that era cannot run makes a
 plan no torchtitan target writes."""
@@ -11,10 +11,8 @@ from __future__ import annotations
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.torchtitan import HEAD_CONTEXT, HEAD_GONE, MODELS, flavor_name
-from planner.inputs.torchtitan_era import python_config_era, toml_era_refusal
+from planner.inputs.torchtitan_era import python_config_era
 from planner.search.rules.base import Violation
-
-__all__ = ["head_era", "python_config_era", "toml_era_refusal"]
 
 
 def head_era(job: Job, lay: Layout) -> Violation | None:
