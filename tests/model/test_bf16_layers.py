@@ -19,8 +19,9 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import memory
 from planner.model.bf16_layers import bf16_ranges, bf16_twin
+from planner.model.rank_mix import rank_mix
 from planner.model.stage_params import quantised_params
-from planner.model.stage_time import layout_times, rank_mix
+from planner.model.stage_time import layout_times
 from planner.search import rules
 
 B200 = "b200-sxm-180gb"

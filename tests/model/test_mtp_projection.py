@@ -14,7 +14,8 @@ from jobs import job
 from planner.inputs.layout import Layout
 from planner.model import comms, layer_time, output_time
 from planner.model.gemm import gemm_time
-from planner.model.stage_time import layout_times, rank_mix
+from planner.model.rank_mix import rank_mix
+from planner.model.stage_time import layout_times
 
 LAY = Layout(tp=2, pp=4, dp=8, ep=8, etp=1, sequence_parallel=True)
 

@@ -19,10 +19,11 @@ from planner.model.embedding_grads import sync_time
 from planner.model.interleaved_sync import RankChunks
 from planner.model.job_memo import JobMemo
 from planner.model.layer_time import Layer
+from planner.model.rank_mix import mix_sums, rank_mix
 from planner.model.schedule import Chunks
 from planner.model.stage_params import chunk_params, stage_params
 from planner.model.stage_sync import gather_zero_time, gathered_param_bytes, optimizer_time
-from planner.model.stage_time import LayoutTimes, layout_times, mix_sums, rank_mix
+from planner.model.stage_time import LayoutTimes, layout_times
 from tests.search.brute_force import MEMO_JOBS, memo_problem
 
 

@@ -19,7 +19,8 @@ from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.inputs.userbuffers import slot_map
 from planner.model import comms, cost, memory, tp_overlap
-from planner.model.stage_time import layout_times, rank_mix
+from planner.model.rank_mix import rank_mix
+from planner.model.stage_time import layout_times
 from planner.search import bound as bounds
 from planner.search import rungs, stage_rungs, top_k
 from planner.search import space as space_mod

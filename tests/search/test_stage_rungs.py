@@ -16,8 +16,9 @@ import pytest
 from planner.inputs.layout import Layout
 from planner.inputs.plan import Job
 from planner.model import comms, cost, memory
+from planner.model.rank_mix import mix_sums, rank_mix
 from planner.model.stage_offload import offload_exposed
-from planner.model.stage_time import LayoutTimes, ep_exposed, layout_times, mix_sums, rank_mix
+from planner.model.stage_time import LayoutTimes, ep_exposed, layout_times
 from planner.search import rank_groups, rungs
 from planner.search import space as space_mod
 from planner.search.space import Space, Structure
